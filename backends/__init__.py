@@ -1,0 +1,1 @@
+"""specsample's backends, installed as `specsample_backends` and chosen by name."""

@@ -1,0 +1,81 @@
+"""The `reference` backend object: NumPy arrays, toy n-gram models by spec string."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from numpy.typing import NDArray
+from specsample_backends.reference.ngram import NGramModel, random_ngram
+
+from specsample.drafters import ModelDrafter
+from specsample.protocols import Drafter, Model
+
+__all__ = ["ReferenceBackend", "create", "parse_spec"]
+
+DEFAULT_TARGET = "ngram:vocab=8,order=2,seed=0"
+DEFAULT_DRAFT = "noisy:0.3"
+_NGRAM_KEYS = {"vocab": int, "order": int, "seed": int, "concentration": float, "zeros": float}
+
+
+def parse_spec(spec: str) -> dict[str, int | float]:
+    """`"ngram:vocab=8,order=2"` -> {"vocab": 8, "order": 2} (defaults filled in)."""
+    kind, _, rest = spec.partition(":")
+    if kind != "ngram":
+        raise ValueError(f"target: expected 'ngram[:vocab=V,order=N,seed=S,concentration=C,zeros=Z]', "
+                         f"got {spec!r}")
+    values: dict[str, int | float] = {"vocab": 8, "order": 2, "seed": 0, "concentration": 1.0,
+                                      "zeros": 0.0}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        if key not in _NGRAM_KEYS:
+            raise ValueError(f"target: unknown key {key!r} in {spec!r}; known: {sorted(_NGRAM_KEYS)}")
+        values[key] = _NGRAM_KEYS[key](value)
+    return values
+
+
+class ReferenceBackend:
+    """NumPy float64, eager: the oracle every other backend is compared with."""
+
+    name = "reference"
+
+    def __init__(self, options: Mapping[str, object]) -> None:
+        if options:
+            raise ValueError(f"options: the reference backend takes none, got {sorted(options)}")
+
+    def asarray(self, ids: object) -> NDArray[np.int64]:
+        """Token ids as an int64 NumPy array."""
+        return np.asarray(ids, dtype=np.int64)
+
+    def load_target(self, spec: str | None = None) -> NGramModel:
+        """A toy n-gram model from a spec string (default: `DEFAULT_TARGET`)."""
+        values = parse_spec(spec or DEFAULT_TARGET)
+        return random_ngram(int(values["vocab"]), order=int(values["order"]), seed=int(values["seed"]),
+                            concentration=float(values["concentration"]), zeros=float(values["zeros"]))
+
+    def load_drafter(self, name: str | None, target: Model) -> Drafter:
+        """'noisy:E' (the target's table mixed with E of another), 'lookup', or an ngram spec."""
+        name = name or DEFAULT_DRAFT
+        if name == "lookup":
+            from specsample.lookup import PromptLookupDrafter
+
+            return PromptLookupDrafter()
+        if name.startswith("noisy:") and isinstance(target, NGramModel):
+            return ModelDrafter(noisy(target, float(name.split(":", 1)[1])))
+        if name.startswith("ngram"):
+            return ModelDrafter(self.load_target(name))
+        raise ValueError(f"draft: expected 'noisy:E', 'lookup' or 'ngram:...', got {name!r}")
+
+
+def noisy(target: NGramModel, weight: float, *, seed: int = 12345) -> NGramModel:
+    """A draft close to `target`: (1 - weight) * target + weight * another random table."""
+    if not 0 <= weight <= 1:
+        raise ValueError(f"weight: expected a value in [0, 1], got {weight}")
+    other = random_ngram(target.vocab_size, order=target.order, seed=seed).table
+    table = (1 - weight) * target.table + weight * other
+    return NGramModel(table / table.sum(axis=-1, keepdims=True))
+
+
+def create(options: Mapping[str, object]) -> ReferenceBackend:
+    """The registry's factory."""
+    return ReferenceBackend(options)

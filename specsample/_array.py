@@ -1,0 +1,106 @@
+"""Array-API plumbing and the input checks every public function shares."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import array_api_compat
+
+__all__ = ["Array", "check_finite", "check_logits", "check_probs", "check_shape", "check_tokens",
+           "check_uniforms", "device", "namespace"]
+
+# NumPy arrays and torch tensors both pass through; we type them loosely.
+Array = Any
+
+
+def namespace(*arrays: Array) -> Any:
+    """The array-API namespace of `arrays` (NumPy, torch, ...)."""
+    try:
+        return array_api_compat.array_namespace(*arrays)
+    except TypeError as err:
+        kinds = ", ".join(sorted({type(a).__name__ for a in arrays}))
+        raise TypeError(f"expected NumPy arrays or torch tensors of one library, got {kinds}") from err
+
+
+def device(x: Array) -> Any:
+    """The device `x` lives on (CPU for NumPy)."""
+    return array_api_compat.device(x)
+
+
+def _shape(x: Array) -> tuple[int, ...]:
+    return tuple(int(d) for d in x.shape)
+
+
+def check_shape(name: str, x: Array, shape: tuple[int | None, ...]) -> None:
+    """Raise ValueError unless `x` has rank len(shape) and the given dims (None: any)."""
+    got = _shape(x)
+    want = "[" + ", ".join("*" if d is None else str(d) for d in shape) + "]"
+    if len(got) != len(shape) or any(w is not None and w != g for w, g in zip(shape, got, strict=False)):
+        raise ValueError(f"{name}: expected shape {want}, got {list(got)}")
+
+
+def check_float(name: str, x: Array) -> None:
+    """Raise TypeError unless `x` is a real floating-point array."""
+    xp = namespace(x)
+    if not xp.isdtype(x.dtype, "real floating"):
+        raise TypeError(f"{name}: expected a real floating-point array, got dtype {x.dtype}")
+
+
+def check_finite(name: str, x: Array) -> None:
+    """Raise ValueError if `x` holds NaN or +-inf."""
+    check_float(name, x)
+    xp = namespace(x)
+    bad = ~xp.isfinite(x)
+    if bool(xp.any(bad)):
+        first = float(xp.reshape(x, (-1,))[xp.argmax(xp.astype(xp.reshape(bad, (-1,)), xp.int8))])
+        raise ValueError(f"{name}: expected finite values, got {first} "
+                         f"({int(xp.sum(xp.astype(bad, xp.int64)))} non-finite entries)")
+
+
+def check_logits(name: str, x: Array) -> None:
+    """Raise unless `x [..., V]` has no NaN or +inf and a finite entry per row.
+
+    -inf is the usual mark of a masked token (probability exactly 0).
+    """
+    check_float(name, x)
+    xp = namespace(x)
+    if bool(xp.any(xp.isnan(x))) or bool(xp.any(x == xp.inf)):
+        raise ValueError(f"{name}: expected finite logits (or -inf for masked tokens), got "
+                         f"{int(xp.sum(xp.astype(xp.isnan(x), xp.int64)))} NaN and "
+                         f"{int(xp.sum(xp.astype(x == xp.inf, xp.int64)))} +inf entries")
+    if x.ndim < 1 or x.shape[-1] < 1:
+        raise ValueError(f"{name}: expected shape [..., V] with V >= 1, got {list(x.shape)}")
+    if not bool(xp.all(xp.any(xp.isfinite(x), axis=-1))):
+        raise ValueError(f"{name}: expected at least one finite logit per row, got a row of -inf")
+
+
+def check_probs(name: str, x: Array) -> None:
+    """Raise unless `x [..., V]` is finite, non-negative, with positive mass per row."""
+    check_finite(name, x)
+    xp = namespace(x)
+    if bool(xp.any(x < 0)):
+        raise ValueError(f"{name}: expected non-negative probabilities, got minimum {float(xp.min(x))}")
+    mass = xp.sum(x, axis=-1)
+    if bool(xp.any(mass <= 0)) or not bool(xp.all(xp.isfinite(mass))):
+        raise ValueError(f"{name}: expected positive, finite total mass in every row, got minimum "
+                         f"row sum {float(xp.min(mass))} (not normalisable)")
+
+
+def check_tokens(name: str, x: Array, vocab_size: int) -> None:
+    """Raise unless `x` is an integer array of ids in [0, vocab_size)."""
+    xp = namespace(x)
+    if not xp.isdtype(x.dtype, "integral"):
+        raise TypeError(f"{name}: expected an integer array of token ids, got dtype {x.dtype}")
+    if math.prod(_shape(x)) and (bool(xp.any(x < 0)) or bool(xp.any(x >= vocab_size))):
+        raise ValueError(f"{name}: expected token ids in [0, {vocab_size}), got range "
+                         f"[{int(xp.min(x))}, {int(xp.max(x))}]")
+
+
+def check_uniforms(name: str, x: Array) -> None:
+    """Raise unless `x` is a float array with every value in [0, 1)."""
+    check_finite(name, x)
+    xp = namespace(x)
+    if bool(xp.any(x < 0)) or bool(xp.any(x >= 1)):
+        raise ValueError(f"{name}: expected values in [0, 1), got range "
+                         f"[{float(xp.min(x))}, {float(xp.max(x))}]")

@@ -1,0 +1,132 @@
+"""One frozen Config from keyword arguments, a dict, a TOML file or the environment."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import types
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from specsample.params import SamplingParams
+from specsample.policy import KPolicy, k_policy
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["ENV_PREFIX", "Config"]
+
+ENV_PREFIX = "SPECSAMPLE_"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    """Everything a run needs; swapping `backend` changes nothing else.
+
+    Attributes:
+        backend: a registered backend name ("reference", "torch", "static-cpu", "cuda", "gaudi").
+        k: draft tokens per round (int >= 1) or "adaptive".
+        temperature, top_k, top_p, min_p: sampling (see SamplingParams).
+        seed: the key of the uniforms.
+        options: backend-specific settings (device, dtype, buckets, ...).
+    """
+
+    backend: str = "reference"
+    k: int | str = 4
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    seed: int = 0
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.backend, str) or not self.backend:
+            raise ValueError(f"backend: expected a backend name, got {self.backend!r}")
+        if isinstance(self.k, int) and not isinstance(self.k, bool) and self.k < 1:
+            raise ValueError(f"k: expected an int >= 1 or 'adaptive', got {self.k}")
+        self.policy()  # validates k
+        self.params()  # validates the sampling fields
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed: expected an int >= 0, got {self.seed!r}")
+        if not isinstance(self.options, Mapping):
+            raise TypeError(f"options: expected a mapping, got {type(self.options).__name__}")
+        object.__setattr__(self, "options", types.MappingProxyType(dict(self.options)))
+
+    def params(self) -> SamplingParams:
+        """The sampling parameters."""
+        return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                              min_p=self.min_p)
+
+    def policy(self) -> KPolicy:
+        """The K policy (constant or adaptive)."""
+        return k_policy(self.k, c=float(self.options.get("cost_ratio", 0.1)))
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Config:
+        """From a flat mapping; unknown keys are an error naming the known ones."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"config: unknown keys {unknown}; known: {sorted(known)}")
+        return cls(**dict(values))
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> Config:
+        """From a TOML file (top-level keys; an [options] table for the backend)."""
+        return cls.from_dict(_read_toml(path))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
+        """From SPECSAMPLE_BACKEND, SPECSAMPLE_K, SPECSAMPLE_TEMPERATURE, ..."""
+        return cls.from_dict(_env_values(os.environ if environ is None else environ))
+
+    @classmethod
+    def load(cls, file: str | os.PathLike[str] | None = None, *,
+             environ: Mapping[str, str] | None = None, values: Mapping[str, Any] | None = None,
+             **kwargs: Any) -> Config:
+        """Merge sources; later wins: defaults < environment < TOML file < dict < keyword arguments.
+
+        `options` merge key by key across sources.
+        """
+        layers = [_env_values(os.environ if environ is None else environ),
+                  _read_toml(file) if file is not None else {}, dict(values or {}), kwargs]
+        merged: dict[str, Any] = {}
+        options: dict[str, Any] = {}
+        for layer in layers:
+            options.update(layer.get("options", {}))
+            merged.update({k: v for k, v in layer.items() if k != "options"})
+        return cls.from_dict({**merged, "options": options})
+
+
+def _read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"config: no such file {str(file)!r}")
+    with file.open("rb") as handle:
+        return tomllib.load(handle)
+
+
+def _parse_env(name: str, raw: str) -> Any:
+    if name in {"top_k", "top_p", "min_p"} and raw.lower() in {"", "none"}:
+        return None
+    try:
+        if name in {"seed", "top_k"}:
+            return int(raw)
+        if name == "k":
+            return raw if raw == "adaptive" else int(raw)
+        if name in {"temperature", "top_p", "min_p"}:
+            return float(raw)
+    except ValueError as err:
+        raise ValueError(f"{ENV_PREFIX}{name.upper()}: expected a number, got {raw!r}") from err
+    return raw
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    names = ("backend", "k", "temperature", "top_k", "top_p", "min_p", "seed")
+    return {n: _parse_env(n, environ[ENV_PREFIX + n.upper()]) for n in names
+            if ENV_PREFIX + n.upper() in environ}

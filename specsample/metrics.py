@@ -1,0 +1,131 @@
+"""Acceptance metrics and the speedup predicted by Leviathan et al. (2023)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+__all__ = ["Metrics", "expected_tokens_per_round", "predicted_speedup", "tally"]
+
+
+def _check_alpha_k(alpha: float, k: int) -> None:
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha: expected a rate in [0, 1], got {alpha}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k: expected an int >= 1, got {k!r}")
+
+
+def expected_tokens_per_round(alpha: float, k: int) -> float:
+    """E[tokens per round] = (1 - alpha^(K+1)) / (1 - alpha) (Leviathan et al., Eq. 1)."""
+    _check_alpha_k(alpha, k)
+    if alpha == 1:
+        return float(k + 1)
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def predicted_speedup(alpha: float, k: int, c: float) -> float:
+    """Walltime speedup (1 - alpha^(K+1)) / ((1 - alpha)(K c + 1)) (Thm 3.8).
+
+    Assumes i.i.d. acceptance with rate alpha and a draft costing c target forwards.
+    """
+    if not math.isfinite(c) or c < 0:
+        raise ValueError(f"c: expected a finite cost ratio >= 0, got {c}")
+    return expected_tokens_per_round(alpha, k) / (k * c + 1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Metrics:
+    """Counts over a generation; rates derive from them.
+
+    Attributes:
+        rounds: speculative rounds run (a round counts once for the batch).
+        row_rounds: (row, round) pairs in which the row was active.
+        drafted: draft tokens proposed to active rows.
+        accepted: draft tokens accepted.
+        emitted: tokens committed (accepted + final, cut at EOS / max tokens).
+        histogram: histogram[n] = row-rounds that accepted exactly n drafts.
+        full_rounds: row-rounds that accepted every draft (no rejection).
+        k_counts: k_counts[k] = rounds run with K = k.
+        elapsed_s: wall time of the rounds, in seconds.
+    """
+
+    rounds: int = 0
+    row_rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    emitted: int = 0
+    histogram: tuple[int, ...] = ()
+    full_rounds: int = 0
+    k_counts: tuple[int, ...] = ()
+    elapsed_s: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted tokens."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Per-token acceptance estimate: accepted / (accepted + rejections).
+
+        The maximum-likelihood estimate of alpha under the truncated geometric
+        law of accepted lengths (rounds that accepted all K drafts saw no rejection).
+        """
+        rejections = self.row_rounds - self.full_rounds
+        trials = self.accepted + rejections
+        return self.accepted / trials if trials else 0.0
+
+    @property
+    def mean_tokens_per_round(self) -> float:
+        """Committed tokens per active row-round."""
+        return self.emitted / self.row_rounds if self.row_rounds else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Committed tokens per second of wall time."""
+        return self.emitted / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def mean_k(self) -> float:
+        """The average K over rounds."""
+        total = sum(self.k_counts)
+        return sum(k * n for k, n in enumerate(self.k_counts)) / total if total else 0.0
+
+    def predicted_speedup(self, c: float) -> float:
+        """Thm 3.8's prediction from the measured alpha, the mean K and cost ratio c."""
+        k = max(1, round(self.mean_k))
+        return predicted_speedup(self.alpha, k, c)
+
+    def as_dict(self) -> dict[str, object]:
+        """A JSON-ready summary."""
+        return {**dataclasses.asdict(self), "histogram": list(self.histogram),
+                "k_counts": list(self.k_counts), "acceptance_rate": self.acceptance_rate,
+                "alpha": self.alpha, "mean_tokens_per_round": self.mean_tokens_per_round,
+                "tokens_per_s": self.tokens_per_s, "mean_k": self.mean_k}
+
+
+def _add_at(counts: tuple[int, ...], index: int, amount: int) -> tuple[int, ...]:
+    grown = list(counts) + [0] * max(0, index + 1 - len(counts))
+    grown[index] += amount
+    return tuple(grown)
+
+
+def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
+          active: list[bool], elapsed_s: float) -> Metrics:
+    """Add one round (per-row accepted and emitted counts) to `metrics`."""
+    histogram = metrics.histogram
+    rows = [i for i, a in enumerate(active) if a]
+    for i in rows:
+        histogram = _add_at(histogram, accepted[i], 1)
+    return dataclasses.replace(
+        metrics,
+        rounds=metrics.rounds + 1,
+        row_rounds=metrics.row_rounds + len(rows),
+        drafted=metrics.drafted + k * len(rows),
+        accepted=metrics.accepted + sum(accepted[i] for i in rows),
+        emitted=metrics.emitted + sum(emitted[i] for i in rows),
+        histogram=histogram,
+        full_rounds=metrics.full_rounds + sum(1 for i in rows if accepted[i] == k),
+        k_counts=_add_at(metrics.k_counts, k, 1),
+        elapsed_s=metrics.elapsed_s + elapsed_s,
+    )

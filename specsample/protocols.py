@@ -1,0 +1,84 @@
+"""The two protocols the core is generic over: a `Model` and a `Drafter`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol, runtime_checkable
+
+from specsample._array import Array
+from specsample.cache import Cache
+from specsample.params import SamplingParams
+
+__all__ = ["Drafter", "Model", "Proposal"]
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A causal language model over a cache of fixed capacity.
+
+    `forward(tokens [B, T], cache)` writes row b's tokens at positions
+    `cache.lengths[b] + t` (t < T), attends to every position <= its own, and
+    returns the next-token logits `[B, T, V]` together with the cache whose
+    lengths are advanced by T. Positions at or beyond a row's length hold
+    garbage that later writes overwrite; the causal mask by absolute position
+    keeps them out of every query's view, so rollback is only a new `lengths`.
+    """
+
+    @property
+    def vocab_size(self) -> int:
+        """V, the number of logits per position."""
+        ...
+
+    def new_cache(self, batch: int, capacity: int) -> Cache:
+        """An empty cache (lengths 0) for `batch` rows of `capacity` positions."""
+        ...
+
+    def forward(self, tokens: Array, cache: Cache) -> tuple[Array, Cache]:
+        """Logits [B, T, V] for tokens [B, T] written at `cache.lengths`."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Proposal:
+    """K drafted tokens per row and the laws they were sampled from.
+
+    Attributes:
+        tokens: int64 [B, K].
+        probs: [B, K, V], the distributions the tokens were actually sampled
+            from, or None for a deterministic drafter (q is one-hot).
+        state: the drafter's new state.
+    """
+
+    tokens: Array
+    probs: Array | None
+    state: Any
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """Proposes K tokens per row from the committed context.
+
+    The committed context is `tokens [B, C]` (prompt then generated ids) with
+    `lengths [B]` valid entries per row. A drafter keeps whatever state it
+    needs (a draft model's cache, nothing for prompt lookup) as a value.
+    """
+
+    def start(self, tokens: Array, lengths: Array, capacity: int) -> Any:
+        """The initial state after the prompt (`lengths` >= 1 per row)."""
+        ...
+
+    def propose(
+        self,
+        state: Any,
+        tokens: Array,
+        lengths: Array,
+        k: int,
+        params: SamplingParams,
+        uniforms: Array,
+    ) -> Proposal:
+        """Draft k tokens per row using `uniforms [B, k]` for any sampling."""
+        ...
+
+    def advance(self, state: Any, lengths: Array) -> Any:
+        """The state once the committed lengths have become `lengths [B]`."""
+        ...

@@ -1,0 +1,131 @@
+"""One speculative round over a Model and a Drafter, as a pure function of state."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from specsample._array import Array, device, namespace
+from specsample.cache import Cache, rollback
+from specsample.params import SamplingParams
+from specsample.protocols import Drafter, Model
+from specsample.verify import Verdict, verify
+from specsample.warp import warp
+
+__all__ = ["RoundResult", "State", "round_step", "start"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class State:
+    """Everything a generation carries from round to round.
+
+    Attributes:
+        tokens: int64 [B, C]: the committed ids (prompt, then generated).
+        lengths: int64 [B]: committed length L per row.
+        stop_lengths: int64 [B]: a row is done once its length reaches this.
+        target_cache: the target's cache, holding L - 1 entries (the last
+            committed token is fed at the start of the next round).
+        draft_state: the drafter's state.
+        done: bool [B]: rows that stopped (EOS or max new tokens).
+    """
+
+    tokens: Array
+    lengths: Array
+    stop_lengths: Array
+    target_cache: Cache
+    draft_state: Any
+    done: Array
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RoundResult:
+    """What one round did: the verdict and how many tokens each row committed."""
+
+    verdict: Verdict
+    emitted: Array  # int64 [B]; 0 for rows that were already done
+    active: Array  # bool [B]; rows that took part in this round
+
+
+def start(target: Model, drafter: Drafter, prompt: Array, prompt_lengths: Array, *,
+          capacity: int, stop_lengths: Array) -> State:
+    """Prefill the target and the drafter with ragged prompts (right-padded).
+
+    Args:
+        prompt: int64 [B, T], row b valid on [0, prompt_lengths[b]).
+        prompt_lengths: int64 [B], each >= 1.
+        capacity: positions per row in every buffer.
+        stop_lengths: int64 [B], the length at which a row stops.
+    """
+    xp = namespace(prompt)
+    batch, width = (int(d) for d in prompt.shape)
+    buffer = xp.zeros((batch, capacity), dtype=xp.int64, device=device(prompt))
+    buffer = xp.concat([xp.astype(prompt, xp.int64), buffer[:, width:]], axis=1)
+    cache = target.new_cache(batch, capacity)
+    if width > 1:
+        # Rows shorter than T write padding beyond their length: masked by
+        # position, overwritten later.
+        _, cache = target.forward(buffer[:, : width - 1], cache)
+    lengths = xp.astype(prompt_lengths, xp.int64)
+    return State(tokens=buffer, lengths=lengths, stop_lengths=stop_lengths,
+                 target_cache=rollback(cache, lengths - 1),
+                 draft_state=drafter.start(buffer, lengths, capacity),
+                 done=lengths >= stop_lengths)
+
+
+def _emitted(xp: Any, verdict: Verdict, state: State, eos: int | None) -> Array:
+    """Tokens each row commits: up to the first EOS and the row's stop length."""
+    count = verdict.num_accepted + 1  # [B]
+    if eos is not None:
+        slots = xp.arange(verdict.tokens.shape[1], dtype=xp.int64, device=device(count))[None, :]
+        hit = (verdict.tokens == eos) & (slots < count[:, None])
+        first = xp.min(xp.where(hit, slots, verdict.tokens.shape[1]), axis=1)
+        count = xp.minimum(count, first + 1)
+    count = xp.minimum(count, state.stop_lengths - state.lengths)
+    return xp.where(state.done, 0, count)
+
+
+def _write(xp: Any, buffer: Array, lengths: Array, new: Array, count: Array) -> Array:
+    """buffer[b, lengths[b] + j] = new[b, j] for j < count[b], without scatter."""
+    width = int(new.shape[1])
+    pos = xp.arange(buffer.shape[1], dtype=xp.int64, device=device(buffer))[None, :]  # [1, C]
+    offset = pos - lengths[:, None]  # [B, C]
+    gathered = xp.take_along_axis(new, xp.clip(offset, min=0, max=width - 1), axis=1)
+    return xp.where((offset >= 0) & (offset < count[:, None]), gathered, buffer)
+
+
+def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params: SamplingParams,
+               uniforms: Array, eos: int | None = None, check: bool = True,
+               verifier: Callable[..., Verdict] = verify) -> tuple[State, RoundResult]:
+    """Draft k tokens, score them with one target forward, verify, commit.
+
+    Args:
+        uniforms: [B, 2k+1] in [0, 1): k for drafting, k+1 for verification.
+        eos: a token id that ends a row, or None.
+        check: validate the verify inputs.
+        verifier: the acceptance rule, `verify` unless studying another one
+            (the statistical tests swap in broken rules to show they are caught).
+    """
+    xp = namespace(state.tokens)
+    proposal = drafter.propose(state.draft_state, state.tokens, state.lengths, k, params,
+                               uniforms[:, :k])
+    last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
+    logits, cache = target.forward(xp.concat([last, proposal.tokens], axis=1), state.target_cache)
+    target_probs = warp(logits, params, check=check)  # [B, K+1, V]
+    verdict = verifier(proposal.tokens, proposal.probs, target_probs, uniforms[:, k:], check=check)
+    emitted = _emitted(xp, verdict, state, eos)
+    tokens = _write(xp, state.tokens, state.lengths, verdict.tokens, emitted)
+    lengths = state.lengths + emitted
+    done = state.done | (lengths >= state.stop_lengths)
+    if eos is not None:
+        done = done | xp.any((tokens == eos) & _window(xp, tokens, state.lengths, emitted), axis=1)
+    new = State(tokens=tokens, lengths=lengths, stop_lengths=state.stop_lengths,
+                target_cache=rollback(cache, lengths - 1),
+                draft_state=drafter.advance(proposal.state, lengths), done=done)
+    return new, RoundResult(verdict=verdict, emitted=emitted, active=~state.done)
+
+
+def _window(xp: Any, tokens: Array, lengths: Array, count: Array) -> Array:
+    """bool [B, C]: the positions written this round."""
+    pos = xp.arange(tokens.shape[1], dtype=xp.int64, device=device(tokens))[None, :]
+    return (pos >= lengths[:, None]) & (pos < (lengths + count)[:, None])
