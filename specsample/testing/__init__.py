@@ -1,0 +1,25 @@
+"""A statistical toolkit to check that a sampler follows the law it should.
+
+- `goodness_of_fit`: samples against a known law (TV concentration, then a G-test).
+- `homogeneity`: two samples against each other (e.g. speculative vs plain sampling).
+- `samples_needed`, `samples_needed_two_sample`, `detectable_tv`: sizes and power.
+- `exact_round_law`, `exact_sequence_law`, `autoregressive_law`, `accepted_length_law`,
+  `expected_tokens_per_round`: exact laws of speculative sampling, with Fractions.
+"""
+
+from __future__ import annotations
+
+from specsample.testing._exact import (
+    accepted_length_law,
+    autoregressive_law,
+    exact_round_law,
+    exact_sequence_law,
+    expected_tokens_per_round,
+)
+from specsample.testing._gof import FitResult, goodness_of_fit
+from specsample.testing._homogeneity import HomogeneityResult, homogeneity
+from specsample.testing._power import detectable_tv, samples_needed, samples_needed_two_sample
+
+__all__ = ["FitResult", "HomogeneityResult", "accepted_length_law", "autoregressive_law",
+           "detectable_tv", "exact_round_law", "exact_sequence_law", "expected_tokens_per_round",
+           "goodness_of_fit", "homogeneity", "samples_needed", "samples_needed_two_sample"]

@@ -1,0 +1,160 @@
+"""Known-wrong speculative samplers: negative controls that a sound test must reject.
+
+Each is a drop-in for `specsample.verify` (same signature) or wraps a drafter.
+They exist so that users (and our own suite) can show their statistical
+checks bite: `goodness_of_fit` must fail on every one of them except
+`never_accept`, which is slow but exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from specsample._array import Array, namespace
+from specsample.drafters import ModelDrafter
+from specsample.params import SamplingParams
+from specsample.protocols import Model
+from specsample.sample import sample
+from specsample.verify import Verdict, assemble, final_token, num_accepted, token_probs, verify
+from specsample.warp import warp
+
+__all__ = ["DRAFTERS", "VERIFIERS", "MisreportingDrafter", "accept_if_le", "always_accept",
+           "argmax_draft_softmax_q", "bonus_from_wrong_position", "lenient", "never_accept",
+           "p_shifted", "raw_logits_q", "resample_from_p", "temperature_in_verify_only"]
+
+
+def resample_from_p(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
+                    uniforms: Array, *, check: bool = True) -> Verdict:
+    """After a rejection, sample from p instead of the residual max(0, p - q)."""
+    xp = namespace(target_probs)
+    k = int(draft_tokens.shape[1])
+    p_x, q_x = token_probs(draft_tokens, draft_probs, target_probs)
+    n = num_accepted(uniforms[:, :k] * q_x < p_x)
+    zeros = xp.zeros_like(target_probs[:, :k, :])
+    return assemble(draft_tokens, n, final_token(draft_tokens, zeros, target_probs, n, uniforms[:, k]))
+
+
+def _with_count(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
+                uniforms: Array, n: Array) -> Verdict:
+    k = int(draft_tokens.shape[1])
+    return assemble(draft_tokens, n, final_token(draft_tokens, draft_probs, target_probs, n,
+                                                 uniforms[:, k]))
+
+
+def always_accept(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
+                  uniforms: Array, *, check: bool = True) -> Verdict:
+    """Accept every draft, then the bonus token."""
+    xp = namespace(draft_tokens)
+    n = xp.full((draft_tokens.shape[0],), draft_tokens.shape[1], dtype=xp.int64)
+    return _with_count(draft_tokens, draft_probs, target_probs, uniforms, n)
+
+
+def never_accept(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
+                 uniforms: Array, *, check: bool = True) -> Verdict:
+    """Reject the first draft always: exact but slow (the control that must PASS).
+
+    Rejecting with certainty is only exact if the correction is drawn from p_0
+    itself, so the first token is sampled from p_0.
+    """
+    xp = namespace(draft_tokens)
+    n = xp.zeros((draft_tokens.shape[0],), dtype=xp.int64)
+    k = int(draft_tokens.shape[1])
+    return assemble(draft_tokens, n, sample(target_probs[:, 0, :], uniforms[:, k], check=False))
+
+
+def bonus_from_wrong_position(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
+                              uniforms: Array, *, check: bool = True) -> Verdict:
+    """Draw the bonus token from p_{K-1} instead of p_K."""
+    xp = namespace(target_probs)
+    k = int(draft_tokens.shape[1])
+    shifted = xp.concat([target_probs[:, :k, :], target_probs[:, k - 1 : k, :]], axis=1)
+    p_x, q_x = token_probs(draft_tokens, draft_probs, target_probs)
+    n = num_accepted(uniforms[:, :k] * q_x < p_x)
+    return _with_count(draft_tokens, draft_probs, shifted, uniforms, n)
+
+
+def p_shifted(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
+              uniforms: Array, *, check: bool = True) -> Verdict:
+    """Off by one: use the target's law of position i + 1 at position i."""
+    xp = namespace(target_probs)
+    shifted = xp.concat([target_probs[:, 1:, :], target_probs[:, -1:, :]], axis=1)
+    return verify(draft_tokens, draft_probs, shifted, uniforms, check=check)
+
+
+def accept_if_le(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
+                 uniforms: Array, *, check: bool = True) -> Verdict:
+    """Accept iff u * q(x) <= p(x): at u = 0 it accepts a token with p(x) = 0."""
+    k = int(draft_tokens.shape[1])
+    p_x, q_x = token_probs(draft_tokens, draft_probs, target_probs)
+    n = num_accepted(uniforms[:, :k] * q_x <= p_x)
+    return _with_count(draft_tokens, draft_probs, target_probs, uniforms, n)
+
+
+def lenient(lenience: float) -> Callable[..., Verdict]:
+    """Accept with probability min(1, p / (lenience * q)), lenience < 1: not exact."""
+    def verifier(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
+                 uniforms: Array, *, check: bool = True) -> Verdict:
+        k = int(draft_tokens.shape[1])
+        p_x, q_x = token_probs(draft_tokens, draft_probs, target_probs)
+        n = num_accepted(uniforms[:, :k] * q_x * lenience < p_x)
+        return _with_count(draft_tokens, draft_probs, target_probs, uniforms, n)
+
+    return verifier
+
+
+VERIFIERS: dict[str, Callable[..., Verdict]] = {
+    "resample-from-p": resample_from_p,
+    "always-accept": always_accept,
+    "never-accept": never_accept,
+    "bonus-wrong-position": bonus_from_wrong_position,
+    "p-shifted": p_shifted,
+    "accept-if-le": accept_if_le,
+    "lenient-0.5": lenient(0.5),
+}
+
+
+class MisreportingDrafter(ModelDrafter):
+    """A draft model that samples with one set of parameters and reports q for another.
+
+    Args:
+        model: the draft model.
+        sample_with: maps the run's params to the ones the draft samples with.
+        report_with: maps them to the ones the reported q is computed with.
+    """
+
+    def __init__(self, model: Model, *, sample_with: Callable[[SamplingParams], SamplingParams],
+                 report_with: Callable[[SamplingParams], SamplingParams]) -> None:
+        super().__init__(model)
+        self.sample_with = sample_with
+        self.report_with = report_with
+
+    def laws(self, logits: Array, params: SamplingParams, *, check: bool) -> tuple[Array, Array]:
+        """warp(logits, sample_with(params)) to sample, warp(logits, report_with(params)) as q."""
+        return (warp(logits, self.sample_with(params), check=check),
+                warp(logits, self.report_with(params), check=False))
+
+
+def raw_logits_q(model: Model) -> MisreportingDrafter:
+    """Samples from the top-k/top-p/min-p-processed law, reports the raw softmax (temperature only)."""
+    return MisreportingDrafter(model, sample_with=lambda p: p,
+                               report_with=lambda p: SamplingParams(temperature=p.temperature))
+
+
+def argmax_draft_softmax_q(model: Model) -> MisreportingDrafter:
+    """Drafts the argmax (greedy) but reports the softmax law q."""
+    return MisreportingDrafter(model, sample_with=lambda p: SamplingParams(temperature=0),
+                               report_with=lambda p: p)
+
+
+def temperature_in_verify_only(model: Model) -> MisreportingDrafter:
+    """The draft samples at temperature 1 but reports its tempered law as q."""
+    return MisreportingDrafter(
+        model, sample_with=lambda p: dataclasses.replace(p, temperature=1.0), report_with=lambda p: p)
+
+
+DRAFTERS: dict[str, Callable[[Model], MisreportingDrafter]] = {
+    "raw-logits-q": raw_logits_q,
+    "argmax-draft-softmax-q": argmax_draft_softmax_q,
+    "temperature-in-verify-only": temperature_in_verify_only,
+}
