@@ -49,13 +49,13 @@ class Config:
             raise ValueError(f"backend: expected a backend name, got {self.backend!r}")
         if isinstance(self.k, int) and not isinstance(self.k, bool) and self.k < 1:
             raise ValueError(f"k: expected an int >= 1 or 'adaptive', got {self.k}")
-        self.policy()  # validates k
-        self.params()  # validates the sampling fields
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed: expected an int >= 0, got {self.seed!r}")
         if not isinstance(self.options, Mapping):
             raise TypeError(f"options: expected a mapping, got {type(self.options).__name__}")
         object.__setattr__(self, "options", types.MappingProxyType(dict(self.options)))
+        self.policy()  # validates k and the cost ratio
+        self.params()  # validates the sampling fields
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed: expected an int >= 0, got {self.seed!r}")
 
     def params(self) -> SamplingParams:
         """The sampling parameters."""
@@ -64,7 +64,12 @@ class Config:
 
     def policy(self) -> KPolicy:
         """The K policy (constant or adaptive)."""
-        return k_policy(self.k, c=float(self.options.get("cost_ratio", 0.1)))
+        raw = self.options.get("cost_ratio", 0.1)
+        try:
+            cost = float(raw)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"options.cost_ratio: expected a number >= 0, got {raw!r}") from err
+        return k_policy(self.k, c=cost)
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Config:

@@ -37,7 +37,8 @@ class SamplingParams:
             raise ValueError(f"temperature: expected >= 0, got {self.temperature}")
         if self.top_k is not None:
             if isinstance(self.top_k, bool) or not isinstance(self.top_k, int):
-                raise TypeError(f"top_k: expected an int or None, got {type(self.top_k).__name__}")
+                raise TypeError(f"top_k: expected an int or None, got {type(self.top_k).__name__} "
+                                f"{self.top_k!r}")
             if self.top_k < 1:
                 raise ValueError(f"top_k: expected >= 1 or None, got {self.top_k}")
         if self.top_p is not None and not 0 < _number("top_p", self.top_p) <= 1:

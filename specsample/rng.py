@@ -84,7 +84,7 @@ def uniforms(seed: int, step: int, rows: int, width: int, *, stream: int = Strea
     words = philox4x32(counter, (seed & 0xFFFFFFFF, seed >> 32)).astype(np.uint64)  # [B, pairs, 4]
     high = (words[..., 0::2] >> np.uint64(5)).astype(np.float64)  # 27 bits
     low = (words[..., 1::2] >> np.uint64(6)).astype(np.float64)  # 26 bits
-    out = ((high * 67108864.0 + low) / 9007199254740992.0).reshape(rows, -1)[:, :width]
+    out = ((high * 67108864.0 + low) / 9007199254740992.0).reshape(rows, 2 * pairs)[:, :width]
     if like is None:
         return out
     xp = namespace(like)

@@ -30,7 +30,11 @@ def parse_spec(spec: str) -> dict[str, int | float]:
         key, _, value = item.partition("=")
         if key not in _NGRAM_KEYS:
             raise ValueError(f"target: unknown key {key!r} in {spec!r}; known: {sorted(_NGRAM_KEYS)}")
-        values[key] = _NGRAM_KEYS[key](value)
+        try:
+            values[key] = _NGRAM_KEYS[key](value)
+        except ValueError as err:
+            raise ValueError(f"target: {key} expected {_NGRAM_KEYS[key].__name__}, got {value!r} "
+                             f"in {spec!r}") from err
     return values
 
 

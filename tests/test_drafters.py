@@ -1,0 +1,158 @@
+"""ModelDrafter over the reference n-gram: q is the draft's exact law given the drafted prefix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from specsample_backends.reference import NGramModel, random_ngram
+
+from specsample.drafters import DraftState, ModelDrafter
+from specsample.params import SamplingParams
+from specsample.protocols import Drafter
+from specsample.rng import uniforms
+from specsample.sample import sample
+
+CAPACITY = 32
+
+
+def _law(model: NGramModel, context: list[int]) -> np.ndarray:
+    return np.array([float(x) for x in model.law(tuple(context))])
+
+
+def _prompt(rows: list[list[int]], width: int = CAPACITY) -> tuple[np.ndarray, np.ndarray]:
+    tokens = np.zeros((len(rows), width), dtype=np.int64)
+    for b, row in enumerate(rows):
+        tokens[b, : len(row)] = row
+    return tokens, np.array([len(r) for r in rows], dtype=np.int64)
+
+
+@pytest.fixture
+def model() -> NGramModel:
+    # order 2 and zeros: the law depends on the last two tokens and has holes
+    return random_ngram(6, order=2, seed=3, zeros=0.4)
+
+
+def test_is_a_drafter(model: NGramModel) -> None:
+    assert isinstance(ModelDrafter(model), Drafter)
+
+
+def test_rejects_a_non_model() -> None:
+    with pytest.raises(TypeError, match="model: expected a specsample Model, got str"):
+        ModelDrafter("ngram")  # type: ignore[arg-type]
+
+
+def test_start_prefills_all_but_the_last_prompt_token(model: NGramModel) -> None:
+    tokens, lengths = _prompt([[1, 2, 3, 4], [5, 1], [2]])
+    state = ModelDrafter(model).start(tokens, lengths, CAPACITY)
+    assert isinstance(state, DraftState)
+    assert state.window == 1
+    assert state.cache.lengths.tolist() == [3, 1, 0]
+    assert state.cache.capacity == CAPACITY
+    assert state.cache.buffers[0, :3].tolist() == [1, 2, 3]
+    assert state.cache.buffers[1, 0] == 5
+
+
+def _check_proposal(model: NGramModel, committed: list[list[int]], proposal_tokens: np.ndarray,
+                    probs: np.ndarray) -> None:
+    for b, prefix in enumerate(committed):
+        context = list(prefix)
+        for i, x in enumerate(proposal_tokens[b].tolist()):
+            np.testing.assert_allclose(probs[b, i], _law(model, context), rtol=0, atol=1e-12)
+            assert probs[b, i, x] > 0
+            context.append(x)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_propose_shapes_and_exact_laws(model: NGramModel, k: int) -> None:
+    rows = [[1, 2, 3], [4, 0, 5]]
+    tokens, lengths = _prompt(rows)
+    drafter = ModelDrafter(model)
+    state = drafter.start(tokens, lengths, CAPACITY)
+    u = uniforms(7, 0, 2, k)
+    proposal = drafter.propose(state, tokens, lengths, k, SamplingParams(), u)
+    assert proposal.tokens.shape == (2, k)
+    assert proposal.tokens.dtype == np.int64
+    assert proposal.probs.shape == (2, k, model.vocab_size)
+    assert proposal.probs.dtype == np.float64
+    _check_proposal(model, rows, proposal.tokens, proposal.probs)
+    # the tokens are drawn with the given uniforms from the reported law
+    for i in range(k):
+        np.testing.assert_array_equal(proposal.tokens[:, i], sample(proposal.probs[:, i], u[:, i]))
+    # the cache holds the prompt and all drafts but the last
+    assert proposal.state.cache.lengths.tolist() == [3 + k - 1, 3 + k - 1]
+    assert proposal.state.window == 1
+    # inputs untouched
+    assert state.cache.lengths.tolist() == [2, 2]
+
+
+def test_draft_tokens_have_positive_q_over_many_seeds(model: NGramModel) -> None:
+    rows = [[0], [1, 2], [3, 4, 5]]
+    tokens, lengths = _prompt(rows)
+    drafter = ModelDrafter(model)
+    state = drafter.start(tokens, lengths, CAPACITY)
+    for seed in range(40):
+        proposal = drafter.propose(state, tokens, lengths, 4, SamplingParams(), uniforms(seed, 0, 3, 4))
+        q = np.take_along_axis(proposal.probs, proposal.tokens[:, :, None], axis=2)
+        assert np.all(q > 0)
+
+
+def test_propose_ragged_lengths(model: NGramModel) -> None:
+    rows = [[2, 3, 4, 5, 1], [1], [3, 3]]
+    tokens, lengths = _prompt(rows)
+    drafter = ModelDrafter(model)
+    state = drafter.start(tokens, lengths, CAPACITY)
+    proposal = drafter.propose(state, tokens, lengths, 3, SamplingParams(), uniforms(1, 0, 3, 3))
+    _check_proposal(model, rows, proposal.tokens, proposal.probs)
+    assert proposal.state.cache.lengths.tolist() == [7, 3, 4]
+
+
+def test_propose_greedy_takes_the_argmax(model: NGramModel) -> None:
+    rows = [[1, 2], [3, 4]]
+    tokens, lengths = _prompt(rows)
+    drafter = ModelDrafter(model)
+    state = drafter.start(tokens, lengths, CAPACITY)
+    proposal = drafter.propose(state, tokens, lengths, 3, SamplingParams(temperature=0), uniforms(0, 0, 2, 3))
+    for b, prefix in enumerate(rows):
+        context = list(prefix)
+        for i in range(3):
+            expected = int(np.argmax(_law(model, context)))
+            assert proposal.tokens[b, i] == expected
+            assert proposal.probs[b, i].tolist() == np.eye(model.vocab_size)[expected].tolist()
+            context.append(expected)
+
+
+def test_advance_rolls_back_to_l_minus_2_and_next_round_feeds_two(model: NGramModel) -> None:
+    k = 3
+    rows = [[1, 2, 3], [4, 5]]
+    tokens, lengths = _prompt(rows)
+    drafter = ModelDrafter(model)
+    state = drafter.start(tokens, lengths, CAPACITY)
+    proposal = drafter.propose(state, tokens, lengths, k, SamplingParams(), uniforms(2, 0, 2, k))
+    drafts = proposal.tokens.tolist()
+    # Row 0 accepts 1 draft then a final token that differs from the rejected draft;
+    # row 1 accepts all k drafts and a bonus token.
+    final0 = (drafts[0][1] + 1) % model.vocab_size
+    committed = [rows[0] + drafts[0][:1] + [final0], rows[1] + drafts[1] + [0]]
+    tokens, new_lengths = _prompt(committed)
+    state = drafter.advance(proposal.state, new_lengths)
+    assert state.window == 2
+    assert state.cache.lengths.tolist() == [len(c) - 2 for c in committed]
+    assert state.cache.buffers is proposal.state.cache.buffers  # a rollback, not a copy
+
+    second = drafter.propose(state, tokens, new_lengths, k, SamplingParams(), uniforms(2, 1, 2, k))
+    _check_proposal(model, committed, second.tokens, second.probs)
+    cache = second.state.cache
+    # the two fed tokens overwrite the stale draft positions with the committed ones
+    for b, row in enumerate(committed):
+        assert cache.buffers[b, : len(row)].tolist() == row
+    assert cache.lengths.tolist() == [len(c) + k - 1 for c in committed]
+    assert second.state.window == 2
+
+
+def test_advance_clips_at_zero(model: NGramModel) -> None:
+    tokens, lengths = _prompt([[1], [2]])
+    drafter = ModelDrafter(model)
+    state = drafter.start(tokens, lengths, CAPACITY)
+    advanced = drafter.advance(state, np.array([1, 3], dtype=np.int64))
+    assert advanced.cache.lengths.tolist() == [0, 1]
+    assert advanced.window == 2

@@ -1,0 +1,150 @@
+"""Metrics: Leviathan et al.'s Eq. 1 and Thm 3.8, tallies, the alpha MLE."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from specsample.metrics import Metrics, expected_tokens_per_round, predicted_speedup, tally
+
+
+@pytest.mark.parametrize(("alpha", "k", "expected"), [
+    (0.5, 1, 1.5), (0.5, 3, 1.875), (0.8, 4, (1 - 0.8**5) / 0.2), (0.0, 5, 1.0), (0.9, 2, 2.71),
+    (0.6, 8, (1 - 0.6**9) / 0.4),
+])
+def test_expected_tokens_per_round_eq1(alpha: float, k: int, expected: float) -> None:
+    assert expected_tokens_per_round(alpha, k) == pytest.approx(expected, rel=1e-12)
+    # Eq. 1 is the geometric sum 1 + alpha + ... + alpha^K
+    geometric = sum(alpha**j for j in range(k + 1))
+    assert expected_tokens_per_round(alpha, k) == pytest.approx(geometric, rel=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 7])
+def test_alpha_one_gives_k_plus_one(k: int) -> None:
+    assert expected_tokens_per_round(1.0, k) == k + 1
+    assert expected_tokens_per_round(1, k) == k + 1
+    assert expected_tokens_per_round(1 - 1e-12, k) == pytest.approx(k + 1, rel=1e-6)
+
+
+def test_expected_tokens_increase_with_alpha_and_k() -> None:
+    values = [expected_tokens_per_round(a / 10, 4) for a in range(11)]
+    assert values == sorted(values) and values[0] == 1.0 and values[-1] == 5.0
+    by_k = [expected_tokens_per_round(0.7, k) for k in range(1, 8)]
+    assert by_k == sorted(by_k)
+
+
+@pytest.mark.parametrize(("alpha", "k", "c"), [(0.8, 4, 0.1), (0.5, 1, 0.0), (0.9, 6, 0.05), (1.0, 3, 0.2)])
+def test_predicted_speedup_thm_3_8(alpha: float, k: int, c: float) -> None:
+    expected = (k + 1) / (k * c + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1))
+    assert predicted_speedup(alpha, k, c) == pytest.approx(expected, rel=1e-12)
+
+
+def test_predicted_speedup_example() -> None:
+    # alpha = 0.8, K = 4, c = 0.1: (1 - 0.32768) / (0.2 * 1.4)
+    assert predicted_speedup(0.8, 4, 0.1) == pytest.approx(0.67232 / 0.28, rel=1e-12)
+
+
+@pytest.mark.parametrize(("alpha", "k", "match"), [
+    (-0.1, 3, "alpha"), (1.1, 3, "alpha"), (math.nan, 3, "alpha"),
+    (0.5, 0, "k"), (0.5, -1, "k"), (0.5, 2.0, "k"), (0.5, True, "k"),
+])
+def test_bad_alpha_or_k(alpha: float, k: int, match: str) -> None:
+    with pytest.raises(ValueError, match=f"^{match}: expected") as info:
+        expected_tokens_per_round(alpha, k)
+    assert str(alpha if match == "alpha" else k) in str(info.value)
+    with pytest.raises(ValueError, match=f"^{match}: expected"):
+        predicted_speedup(alpha, k, 0.1)
+
+
+@pytest.mark.parametrize("c", [-0.1, math.nan, math.inf])
+def test_bad_cost_ratio(c: float) -> None:
+    with pytest.raises(ValueError, match=r"c: expected a finite cost ratio >= 0") as info:
+        predicted_speedup(0.5, 2, c)
+    assert str(c) in str(info.value)
+
+
+def test_empty_metrics_rates_are_zero() -> None:
+    metrics = Metrics()
+    assert metrics.acceptance_rate == 0.0
+    assert metrics.alpha == 0.0
+    assert metrics.mean_tokens_per_round == 0.0
+    assert metrics.tokens_per_s == 0.0
+    assert metrics.mean_k == 0.0
+
+
+def test_tally_one_round_counts_active_rows_only() -> None:
+    metrics = tally(Metrics(), k=3, accepted=[3, 1, 99], emitted=[4, 2, 99], active=[True, True, False],
+                    elapsed_s=0.5)
+    assert metrics.rounds == 1
+    assert metrics.row_rounds == 2
+    assert metrics.drafted == 6
+    assert metrics.accepted == 4
+    assert metrics.emitted == 6
+    assert metrics.histogram == (0, 1, 0, 1)
+    assert metrics.full_rounds == 1
+    assert metrics.k_counts == (0, 0, 0, 1)
+    assert metrics.elapsed_s == 0.5
+
+
+def test_tally_accumulates_and_is_a_new_value() -> None:
+    first = tally(Metrics(), k=3, accepted=[3, 1], emitted=[4, 2], active=[True, True], elapsed_s=0.5)
+    second = tally(first, k=1, accepted=[0, 1], emitted=[1, 2], active=[True, True], elapsed_s=0.25)
+    assert first.rounds == 1 and first.histogram == (0, 1, 0, 1)  # unchanged
+    assert second.rounds == 2
+    assert second.row_rounds == 4
+    assert second.drafted == 3 * 2 + 1 * 2
+    assert second.accepted == 5
+    assert second.emitted == 9
+    assert second.histogram == (1, 2, 0, 1)
+    assert second.full_rounds == 2  # row 0 in round 1 (3 of 3) and row 1 in round 2 (1 of 1)
+    assert second.k_counts == (0, 1, 0, 1)
+    assert second.elapsed_s == pytest.approx(0.75)
+    assert second.acceptance_rate == pytest.approx(5 / 8)
+    assert second.mean_tokens_per_round == pytest.approx(9 / 4)
+    assert second.tokens_per_s == pytest.approx(9 / 0.75)
+    assert second.mean_k == pytest.approx(2.0)
+
+
+def test_alpha_is_the_truncated_geometric_mle() -> None:
+    # One row, K = 3, accepted lengths 3, 1, 0, 2: 6 acceptances, 3 rejections (the full round has none).
+    metrics = Metrics()
+    for n in (3, 1, 0, 2):
+        metrics = tally(metrics, k=3, accepted=[n], emitted=[n + 1], active=[True], elapsed_s=0.0)
+    assert metrics.alpha == pytest.approx(6 / 9)
+    assert metrics.acceptance_rate == pytest.approx(6 / 12)
+
+    def log_likelihood(a: float) -> float:
+        # P(N = n) = a^n (1 - a) for n < K, a^K for n = K
+        return sum(n * math.log(a) + (math.log(1 - a) if n < 3 else 0.0) for n in (3, 1, 0, 2))
+
+    grid = [i / 1000 for i in range(1, 1000)]
+    assert max(grid, key=log_likelihood) == pytest.approx(metrics.alpha, abs=1e-3)
+
+
+def test_alpha_all_accepted_is_one() -> None:
+    metrics = tally(Metrics(), k=4, accepted=[4, 4], emitted=[5, 5], active=[True, True], elapsed_s=0.0)
+    assert metrics.alpha == 1.0
+    assert metrics.predicted_speedup(0.0) == pytest.approx(5.0)
+
+
+def test_metrics_predicted_speedup_uses_alpha_and_mean_k() -> None:
+    metrics = Metrics()
+    for n in (3, 1, 0, 2):
+        metrics = tally(metrics, k=3, accepted=[n], emitted=[n + 1], active=[True], elapsed_s=0.0)
+    assert metrics.predicted_speedup(0.1) == pytest.approx(predicted_speedup(6 / 9, 3, 0.1))
+
+
+def test_as_dict_is_json_serialisable() -> None:
+    metrics = tally(Metrics(), k=2, accepted=[2, 0], emitted=[3, 1], active=[True, True], elapsed_s=0.1)
+    summary = metrics.as_dict()
+    decoded = json.loads(json.dumps(summary))
+    assert decoded["histogram"] == [1, 0, 1]
+    assert decoded["k_counts"] == [0, 0, 1]
+    assert decoded["accepted"] == 2
+    assert decoded["alpha"] == pytest.approx(metrics.alpha)
+    assert decoded["acceptance_rate"] == pytest.approx(0.5)
+    assert decoded["mean_tokens_per_round"] == pytest.approx(2.0)
+    assert decoded["tokens_per_s"] == pytest.approx(40.0)
+    assert decoded["mean_k"] == pytest.approx(2.0)

@@ -1,0 +1,127 @@
+"""Counter-based uniforms: reproducible, per-row, independent of the batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specsample.rng import Stream, philox4x32, uniforms
+
+
+def test_shape_dtype_and_range() -> None:
+    u = uniforms(3, 0, 4, 5)
+    assert isinstance(u, np.ndarray)
+    assert u.shape == (4, 5)
+    assert u.dtype == np.float64
+    assert np.all(u >= 0) and np.all(u < 1)
+    big = uniforms(0, 7, 64, 1000)
+    assert big.min() >= 0 and big.max() < 1
+    assert 0.45 < big.mean() < 0.55  # not constant, not degenerate
+
+
+def test_reproducible() -> None:
+    np.testing.assert_array_equal(uniforms(42, 3, 2, 6), uniforms(42, 3, 2, 6))
+    np.testing.assert_array_equal(uniforms(np.int64(42), np.int32(3), 2, 6), uniforms(42, 3, 2, 6))
+
+
+def test_row_independent_of_batch_size() -> None:
+    small = uniforms(5, 2, 2, 6)
+    large = uniforms(5, 2, 7, 6)
+    np.testing.assert_array_equal(large[:2], small)
+    assert uniforms(5, 2, 1, 6)[0].tolist() == large[0].tolist()
+
+
+def test_width_prefix_is_stable() -> None:
+    np.testing.assert_array_equal(uniforms(5, 2, 3, 10)[:, :4], uniforms(5, 2, 3, 4))
+
+
+def test_rows_differ() -> None:
+    u = uniforms(5, 0, 3, 8)
+    assert not np.array_equal(u[0], u[1]) and not np.array_equal(u[1], u[2])
+
+
+def test_steps_streams_and_seeds_differ() -> None:
+    base = uniforms(5, 0, 2, 8)
+    assert not np.any(base == uniforms(5, 1, 2, 8))
+    assert not np.any(base == uniforms(5, 0, 2, 8, stream=Stream.PLAIN))
+    assert not np.any(base == uniforms(6, 0, 2, 8))
+    # the seed's high 32 bits count too
+    assert not np.any(base == uniforms(5 + 2**32, 0, 2, 8))
+
+
+def test_stream_names() -> None:
+    assert Stream.SPECULATIVE != Stream.PLAIN
+    np.testing.assert_array_equal(uniforms(1, 0, 1, 3), uniforms(1, 0, 1, 3, stream=Stream.SPECULATIVE))
+
+
+def test_empty_shapes() -> None:
+    assert uniforms(0, 0, 2, 0).shape == (2, 0)
+    assert uniforms(0, 0, 0, 3).shape == (0, 3)
+
+
+def test_like_numpy_returns_numpy() -> None:
+    u = uniforms(1, 2, 3, 4, like=np.zeros(1, dtype=np.float32))
+    assert isinstance(u, np.ndarray)
+    np.testing.assert_array_equal(u, uniforms(1, 2, 3, 4))
+
+
+def test_like_torch_returns_torch_float64() -> None:
+    torch = pytest.importorskip("torch")
+    u = uniforms(1, 2, 3, 4, like=torch.zeros(2, dtype=torch.float32))
+    assert isinstance(u, torch.Tensor)
+    assert u.dtype == torch.float64
+    assert u.shape == (3, 4)
+    assert u.device.type == "cpu"
+    np.testing.assert_array_equal(u.numpy(), uniforms(1, 2, 3, 4))
+    assert isinstance(uniforms(1, 2, 3, 4, like=torch.zeros(1, dtype=torch.int64)), torch.Tensor)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"seed": -1}, ValueError, r"seed: expected an int in \[0, 18446744073709551616\), got -1"),
+    ({"seed": 2**64}, ValueError, r"seed: expected an int in \[0, \d+\), got 18446744073709551616"),
+    ({"seed": 1.5}, TypeError, "seed: expected an int, got float"),
+    ({"seed": "1"}, TypeError, "seed: expected an int, got str"),
+    ({"seed": True}, TypeError, "seed: expected an int, got bool"),
+    ({"step": -1}, ValueError, r"step: expected an int in \[0, 4294967296\), got -1"),
+    ({"step": 2**32}, ValueError, r"step: expected an int in \[0, 4294967296\), got 4294967296"),
+    ({"step": 0.0}, TypeError, "step: expected an int, got float"),
+    ({"rows": -2}, ValueError, r"rows: expected an int in \[0, \d+\), got -2"),
+    ({"rows": None}, TypeError, "rows: expected an int, got NoneType"),
+    ({"width": -1}, ValueError, r"width: expected an int in \[0, \d+\), got -1"),
+    ({"width": False}, TypeError, "width: expected an int, got bool"),
+    ({"stream": -1}, ValueError, r"stream: expected an int in \[0, 4294967296\), got -1"),
+    ({"stream": 2**32}, ValueError, r"stream: expected an int in \[0, 4294967296\), got 4294967296"),
+    ({"stream": 1.0}, TypeError, "stream: expected an int, got float"),
+])
+def test_bad_arguments(kwargs: dict[str, object], error: type[Exception], match: str) -> None:
+    args: dict[str, object] = {"seed": 0, "step": 0, "rows": 2, "width": 3, **kwargs}
+    with pytest.raises(error, match=match):
+        uniforms(**args)  # type: ignore[arg-type]
+
+
+def test_largest_seed_and_step_work() -> None:
+    u = uniforms(2**64 - 1, 2**32 - 1, 1, 3, stream=2**32 - 1)
+    assert u.shape == (1, 3) and np.all((u >= 0) & (u < 1))
+
+
+@pytest.mark.parametrize(("counter", "key", "expected"), [
+    # Known-answer vectors of Philox4x32-10 from Random123 (kat_vectors).
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF, 0xFFFFFFFF), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+])
+def test_philox4x32_known_answers(counter: tuple[int, ...], key: tuple[int, int],
+                                  expected: tuple[int, ...]) -> None:
+    block = philox4x32(np.array(counter, dtype=np.uint32), key)
+    assert block.dtype == np.uint32
+    assert [int(x) for x in block] == list(expected)
+    batched = philox4x32(np.array([counter, counter], dtype=np.uint32), key)
+    assert batched.shape == (2, 4) and [int(x) for x in batched[1]] == list(expected)
+
+
+def test_uniforms_are_53_bit_doubles_from_philox_words() -> None:
+    # seed 0, step 0, row 0, stream 0: counter (0, 0, 0, 0), key (0, 0) -> the first KAT block.
+    words = [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+    expected = [((words[i] >> 5) * 2**26 + (words[i + 1] >> 6)) / 2**53 for i in (0, 2)]
+    assert uniforms(0, 0, 1, 2)[0].tolist() == expected
