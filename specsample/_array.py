@@ -8,7 +8,7 @@ from typing import Any
 import array_api_compat
 
 __all__ = ["Array", "check_finite", "check_logits", "check_probs", "check_shape", "check_tokens",
-           "check_uniforms", "device", "namespace"]
+           "check_uniforms", "device", "namespace", "rows_at"]
 
 # NumPy arrays and torch tensors both pass through; we type them loosely.
 Array = Any
@@ -26,6 +26,12 @@ def namespace(*arrays: Array) -> Any:
 def device(x: Array) -> Any:
     """The device `x` lives on (CPU for NumPy)."""
     return array_api_compat.device(x)
+
+
+def rows_at(x: Array, index: Array) -> Array:
+    """x[b, index[b]] for x [B, N, ...] and index int [B]: one slice per row, no broadcast gather."""
+    xp = namespace(x)
+    return x[xp.arange(int(x.shape[0]), device=device(x)), index]
 
 
 def _shape(x: Array) -> tuple[int, ...]:

@@ -152,11 +152,8 @@ def generate(target: Model, drafter: Drafter, input_ids: Array, *, max_new_token
         A Generation: sequences [B, T] (prompt then generated ids), metrics.
     """
     steps = list(iterate(target, drafter, input_ids, max_new_tokens=max_new_tokens, **options))
-    prompt, lengths = _prompt(input_ids, options.get("prompt_lengths"), target.vocab_size)
-    if not steps:
-        empty = State(tokens=prompt, lengths=lengths, stop_lengths=lengths, target_cache=None,
-                      draft_state=None, done=lengths >= lengths)  # type: ignore[arg-type]
-        return _finish(empty, lengths, Metrics(), pad_id)
+    _, lengths = _prompt(input_ids, options.get("prompt_lengths"), target.vocab_size)
+    # max_new_tokens >= 1, so every row runs at least one round.
     return _finish(steps[-1].state, lengths, steps[-1].metrics, pad_id)
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from specsample._array import Array, check_probs, check_shape, check_uniforms, device, namespace
+from specsample._array import Array, check_probs, check_shape, check_uniforms, namespace
 
-__all__ = ["sample"]
+__all__ = ["first_above", "sample"]
 
 
 def sample(probs: Array, u: Array, *, check: bool = True) -> Array:
@@ -25,10 +25,18 @@ def sample(probs: Array, u: Array, *, check: bool = True) -> Array:
         check_shape("u", u, tuple(int(d) for d in probs.shape[:-1]))
         check_uniforms("u", u)
     cdf = xp.cumulative_sum(probs, axis=-1)  # [..., V], non-decreasing in floating point too
-    threshold = xp.astype(u, cdf.dtype)[..., None] * cdf[..., -1:]  # [..., 1]
-    index = xp.sum(xp.astype(cdf <= threshold, xp.int64), axis=-1)  # first j with cdf[j] > threshold
-    # u * total may round up to total; fall back to the last token with mass.
-    ids = xp.arange(probs.shape[-1], dtype=xp.int64, device=device(probs))
-    last = xp.max(xp.where(probs > 0, ids, 0), axis=-1)
-    return xp.minimum(index, last)
+    total = cdf[..., -1:]  # [..., 1]
+    # u * total may round up to total; below it, the first j with cdf[j] > threshold
+    # always has probs[j] > 0 (a zero entry repeats the previous cdf value).
+    threshold = xp.minimum(xp.astype(u, cdf.dtype)[..., None] * total, xp.nextafter(total, 0 * total))
+    return first_above(cdf, threshold)[..., 0]
 
+
+def first_above(cdf: Array, threshold: Array) -> Array:
+    """int64 [..., 1]: the first index j with cdf[..., j] > threshold (cdf non-decreasing)."""
+    xp = namespace(cdf)
+    if hasattr(cdf, "is_cuda"):  # torch: a batched binary search
+        import torch
+
+        return torch.searchsorted(cdf.contiguous(), threshold.contiguous(), right=True)
+    return xp.sum(xp.astype(cdf <= threshold, xp.int64), axis=-1, keepdims=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from specsample._array import Array, check_probs, check_shape, check_tokens, check_uniforms, device, namespace
+from specsample._array import (Array, check_probs, check_shape, check_tokens, check_uniforms, device,
+                               namespace, rows_at)
 from specsample.sample import sample
 
 __all__ = ["Verdict", "assemble", "final_token", "num_accepted", "token_probs", "verify"]
@@ -104,16 +105,15 @@ def final_token(draft_tokens: Array, draft_probs: Array | None, target_probs: Ar
     xp = namespace(draft_tokens, target_probs)
     k = int(draft_tokens.shape[1])
     p = target_probs
-    at = xp.minimum(n, k - 1)[:, None, None]  # [B, 1, 1]
-    p_n = xp.take_along_axis(p, n[:, None, None], axis=1)[:, 0, :]  # [B, V]
+    at = xp.minimum(n, k - 1)  # [B]
+    p_n = rows_at(p, n)  # [B, V]
     rejected = (n < k)[:, None]  # [B, 1]
     if draft_probs is None:
-        x_n = xp.take_along_axis(xp.astype(draft_tokens, xp.int64), at[:, :, 0], axis=1)  # [B, 1]
+        x_n = rows_at(xp.astype(draft_tokens, xp.int64), at)[:, None]  # [B, 1]
         ids = xp.arange(int(p.shape[-1]), dtype=xp.int64, device=device(p))
         q_n = xp.astype((ids[None, :] == x_n) & rejected, p.dtype)
     else:
-        q_n = xp.astype(xp.take_along_axis(draft_probs, at, axis=1)[:, 0, :], p.dtype)
-        q_n = xp.where(rejected, q_n, 0.0)
+        q_n = xp.where(rejected, xp.astype(rows_at(draft_probs, at), p.dtype), 0.0)
     residual = xp.clip(p_n - q_n, min=0.0)  # [B, V]
     # p ~= q in floating point can leave no residual mass: sample from p_n instead.
     has_mass = xp.sum(residual, axis=-1, keepdims=True) > 0

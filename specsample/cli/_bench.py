@@ -1,0 +1,82 @@
+"""`specsample bench`: the core micro-benchmark, and the model benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from specsample.benchcore import bench_verify
+
+
+def add_parser(sub: Any) -> None:
+    """Register the `bench` subcommand."""
+    parser = sub.add_parser("bench", help="benchmarks (JSON results)")
+    parser.add_argument("what", nargs="?", default="models", choices=["models", "core"],
+                        help="'core': verify alone; 'models': end-to-end against peers")
+    parser.add_argument("--json", type=Path, default=None, help="write the records here")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--vocab", type=int, default=49152)
+    parser.set_defaults(run=run)
+    _add_model_options(parser)
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    try:
+        from specsample.cli import _models
+    except ImportError:  # pragma: no cover
+        return
+    _models.add_bench_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen benchmark and write JSON."""
+    if args.what == "models":
+        from specsample.cli import _models
+
+        return _models.bench(args)
+    if args.repeats < 1:
+        raise ValueError(f"--repeats: expected >= 1, got {args.repeats}")
+    settings = 3 * 3 * 2
+    bar = tqdm(total=settings, desc="verify")
+
+    def progress(label: str) -> None:
+        bar.set_postfix_str(label)
+        bar.update(1)
+
+    records = bench_verify(vocab=args.vocab, repeats=args.repeats, progress=progress)
+    bar.close()
+    print(f"{'library':<15}{'B':>4}{'K':>4}{'median ms':>12}{'p90 ms':>10}")
+    for r in records:
+        print(f"{r['library']:<15}{r['batch']:>4}{r['k']:>4}{r['median_ms']:>12.3f}{r['p90_ms']:>10.3f}")
+    write_json(args.json, {"benchmark": "core-verify", "machine": machine(), "records": records})
+    return 0
+
+
+def machine() -> dict[str, object]:
+    """Where a benchmark ran."""
+    import os
+
+    info: dict[str, object] = {"python": platform.python_version(), "cpu": platform.processor(),
+                               "cores": os.cpu_count()}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:
+        pass
+    return info
+
+
+def write_json(path: Path | None, payload: dict[str, object]) -> None:
+    """Write `payload` as JSON if a path was given."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2))
+    print(f"wrote {path}")
