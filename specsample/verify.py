@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from specsample._array import (Array, check_probs, check_shape, check_tokens, check_uniforms, device,
-                               namespace, rows_at)
+from specsample._array import (
+    Array,
+    check_probs,
+    check_shape,
+    check_tokens,
+    check_uniforms,
+    device,
+    namespace,
+    rows_at,
+)
 from specsample.sample import sample
 
 __all__ = ["Verdict", "assemble", "final_token", "num_accepted", "token_probs", "verify"]

@@ -12,10 +12,15 @@ import itertools
 from fractions import Fraction
 
 import pytest
-
-from specsample.testing import (accepted_length_law, autoregressive_law, exact_round_law,
-                                exact_sequence_law, expected_tokens_per_round)
 from specsample_backends.reference import random_ngram
+
+from specsample.testing import (
+    accepted_length_law,
+    autoregressive_law,
+    exact_round_law,
+    exact_sequence_law,
+    expected_tokens_per_round,
+)
 
 
 @pytest.mark.parametrize(("vocab", "order", "k", "seed"),

@@ -6,11 +6,11 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from specsample_backends.reference import NGramModel, random_ngram
+from specsample_backends.reference.backend import noisy
 
 from specsample import SamplingParams, generate, generate_plain, get_backend, iterate, warp
 from specsample.testing import autoregressive_law, goodness_of_fit
-from specsample_backends.reference import NGramModel, random_ngram
-from specsample_backends.reference.backend import noisy
 
 PROMPT = [1, 2]
 VOCAB = 3
@@ -125,7 +125,7 @@ def test_rows_stop_independently_at_eos_and_max_tokens():
 
 
 def test_reproducible_from_the_seed_and_streaming_matches():
-    target, draft = models()
+    target, _draft = models()
     drafter = get_backend("reference").load_drafter("noisy:0.5", target)
     prompt = np.tile(np.array(PROMPT), (8, 1))
     a = generate(target, drafter, prompt, max_new_tokens=20, seed=5)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_generate import ROWS, expected_law, first_three, models
 
 from specsample import SamplingParams, verify
 from specsample.testing import broken, goodness_of_fit
-from test_generate import ROWS, expected_law, first_three, models
 
 
 @pytest.mark.parametrize("name", ["resample-from-p", "always-accept", "bonus-wrong-position",

@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 import numpy as np
+from specsample_backends.reference import NGramModel, random_ngram
 
 from specsample import sample, verify
 from specsample.testing import autoregressive_law
-from specsample_backends.reference import NGramModel, random_ngram
 
 Law = dict[tuple[int, ...], Fraction]
 LawFn = Callable[[tuple[int, ...]], list[Fraction]]
@@ -76,7 +76,7 @@ def round_law(p: LawFn, q: LawFn, context: tuple[int, ...], *, k: int, vocab: in
         for drafts, weight, q_laws in paths:
             q_law = q(context + drafts)
             for token, mass in _checked_draw(q_law):
-                grown.append((drafts + (token,), weight * mass, [*q_laws, q_law]))
+                grown.append(((*drafts, token), weight * mass, [*q_laws, q_law]))
         paths = grown
     for drafts, weight, q_laws in paths:
         p_laws = [p(context + drafts[:i]) for i in range(k + 1)]
