@@ -21,6 +21,7 @@ else:  # pragma: no cover
 __all__ = ["ENV_PREFIX", "Config"]
 
 ENV_PREFIX = "SPECSAMPLE_"
+CORE_OPTIONS = ("cost_ratio",)  # read by the core (the adaptive K policy), not by backends
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,7 +33,8 @@ class Config:
         k: draft tokens per round (int >= 1) or "adaptive".
         temperature, top_k, top_p, min_p: sampling (see SamplingParams).
         seed: the key of the uniforms.
-        options: backend-specific settings (device, dtype, buckets, ...).
+        options: backend-specific settings (device, dtype, buckets, ...), and
+            `cost_ratio` (the draft/target cost c the adaptive K policy assumes).
     """
 
     backend: str = "reference"
@@ -56,6 +58,10 @@ class Config:
         self.params()  # validates the sampling fields
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed: expected an int >= 0, got {self.seed!r}")
+
+    def backend_options(self) -> dict[str, Any]:
+        """`options` less the ones the core reads itself (`cost_ratio`)."""
+        return {k: v for k, v in self.options.items() if k not in CORE_OPTIONS}
 
     def params(self) -> SamplingParams:
         """The sampling parameters."""

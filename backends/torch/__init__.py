@@ -1,0 +1,75 @@
+"""The torch backend: eager, any device, real Hugging Face models."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from specsample.protocols import Drafter
+
+from . import loading
+from .model import HFModel
+
+__all__ = ["HFModel", "TorchBackend", "create"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+_OPTIONS = ("device", "dtype")
+
+
+def _available() -> list[str]:
+    kinds = ["cpu"]
+    for kind in ("cuda", "xpu", "mps", "hpu"):
+        module = getattr(torch, kind, None)
+        if module is not None and getattr(module, "is_available", lambda: False)():
+            kinds.append(kind)
+    return kinds
+
+
+def _device(value: object) -> torch.device:
+    try:
+        device = torch.device(str(value))
+    except RuntimeError as err:
+        raise ValueError(f"device: expected a torch device such as 'cpu' or 'cuda:0', got "
+                         f"{value!r}") from err
+    if device.type not in _available():
+        raise ValueError(f"device: {str(value)!r} is not available here; available: "
+                         f"{', '.join(_available())}")
+    return device
+
+
+class TorchBackend:
+    """Loads models and drafters as torch `Model`s on one device and dtype."""
+
+    name = "torch"
+
+    def __init__(self, *, device: torch.device, dtype: torch.dtype) -> None:
+        self.device, self.dtype = device, dtype
+
+    def asarray(self, ids: Any) -> torch.Tensor:
+        """Token ids (nested lists, NumPy, tensors) as an int64 tensor on the device."""
+        return torch.as_tensor(ids, dtype=torch.int64, device=self.device)
+
+    def load_target(self, spec: str) -> HFModel:
+        """The target model: "smollm2", a model directory or a .gguf file."""
+        return loading.load_target(spec, dtype=self.dtype, device=str(self.device))
+
+    def load_drafter(self, name: str, target: HFModel) -> Drafter:
+        """A drafter: "int8", "early-exit:N", "lookup" or a model spec."""
+        return loading.load_drafter(name, target)
+
+    def tokenizer(self, spec: str) -> Any:
+        """The tokenizer of a model spec."""
+        return loading.load_tokenizer(spec)
+
+
+def create(options: Mapping[str, object]) -> TorchBackend:
+    """Build the backend from options `device` (default "cpu") and `dtype` (default "float32")."""
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise ValueError(f"options: unknown {unknown} for the torch backend; known: {list(_OPTIONS)}")
+    dtype = options.get("dtype", "float32")
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype: expected one of {list(_DTYPES)}, got {dtype!r}")
+    return TorchBackend(device=_device(options.get("device", "cpu")), dtype=_DTYPES[str(dtype)])

@@ -1,0 +1,178 @@
+"""A compact forward for Llama-architecture models over preallocated K/V buffers."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["DenseLinear", "LlamaStack", "is_llama", "llama_forward"]
+
+Linear = Callable[[Tensor], Tensor]
+
+
+def _packable(weight: Tensor) -> bool:
+    return (weight.device.type == "cpu" and weight.dtype == torch.float32
+            and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+class DenseLinear:
+    """y = x W^T + b, reading W in place; on CPU float32 also a oneDNN-packed copy.
+
+    MKL's float32 GEMM is slow for a few rows (M = B*T in 2..16, the verify
+    forward) while oneDNN on a packed weight is not; a single row (M = 1,
+    decode) is a GEMV, where the plain weight is fastest.
+    """
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, *, pack: bool = True) -> None:
+        self.weight, self.bias = weight, bias  # [N, D], [N]
+        self.packed = (torch.ops.mkldnn._reorder_linear_weight(weight, None)
+                       if pack and _packable(weight) else None)
+
+    @classmethod
+    def of(cls, module: nn.Linear, *, pack: bool = True) -> DenseLinear:
+        """Wrap an `nn.Linear` (weights shared, not copied)."""
+        return cls(module.weight.detach(), None if module.bias is None else module.bias.detach(),
+                   pack=pack)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """x [B, T, D] -> [B, T, N]."""
+        if self.packed is not None and x.shape[0] * x.shape[1] > 1:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LlamaLayer:
+    """One decoder layer's weights: two RMSNorm scales and seven linears."""
+
+    input_norm: Tensor  # [D]
+    q: Linear
+    k: Linear
+    v: Linear
+    o: Linear
+    post_norm: Tensor  # [D]
+    gate: Linear
+    up: Linear
+    down: Linear
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LlamaStack:
+    """The weights a Llama forward reads, taken from a Hugging Face module.
+
+    Attributes:
+        embed: [V, D] input embeddings.
+        layers: the decoder layers used (a prefix of the model's for early exit).
+        norm: [D] final RMSNorm scale.
+        head: the output projection D -> V.
+        rotary: the model's rotary-embedding module (any rope type it supports).
+    """
+
+    embed: Tensor
+    layers: tuple[LlamaLayer, ...]
+    norm: Tensor
+    head: Linear
+    rotary: nn.Module
+    eps: float
+    heads: int
+    kv_heads: int
+    head_dim: int
+    act: Callable[[Tensor], Tensor]
+
+    @classmethod
+    def of(cls, model: nn.Module, *, pack: bool = True) -> LlamaStack:
+        """Read the weights of a `LlamaForCausalLM` (shared, not copied)."""
+        cfg, base = model.config, model.model
+        dense = [[DenseLinear.of(m, pack=pack) for m in (
+            layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
+            layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
+            for layer in base.layers]
+        layers = tuple(
+            LlamaLayer(input_norm=layer.input_layernorm.weight.detach(), q=q, k=k, v=v, o=o,
+                       post_norm=layer.post_attention_layernorm.weight.detach(), gate=g, up=u,
+                       down=d)
+            for layer, (q, k, v, o, g, u, d) in zip(base.layers, dense, strict=True))
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return cls(embed=base.embed_tokens.weight.detach(), layers=layers,
+                   norm=base.norm.weight.detach(), head=DenseLinear.of(model.lm_head, pack=pack),
+                   rotary=base.rotary_emb, eps=float(cfg.rms_norm_eps),
+                   heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
+                   head_dim=head_dim, act=base.layers[0].mlp.act_fn)
+
+    def derive(self, *, num_layers: int | None = None,
+               linear: Callable[[DenseLinear], Linear] | None = None) -> LlamaStack:
+        """The first `num_layers` layers, each linear mapped by `linear` (e.g. to int8)."""
+        layers = self.layers if num_layers is None else self.layers[:num_layers]
+        head: Any = self.head
+        if linear is not None:
+            names = ("q", "k", "v", "o", "gate", "up", "down")
+            layers = tuple(dataclasses.replace(layer, **{n: linear(getattr(layer, n)) for n in names})
+                           for layer in layers)
+            head = linear(head)
+        return dataclasses.replace(self, layers=layers, head=head)
+
+
+def is_llama(model: nn.Module) -> bool:
+    """True for the architectures `llama_forward` computes exactly."""
+    cfg = getattr(model, "config", None)
+    return (type(model).__name__ == "LlamaForCausalLM" and getattr(cfg, "model_type", None) == "llama"
+            and not getattr(cfg, "pretraining_tp", 1) > 1)
+
+
+def _rms(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    # As LlamaRMSNorm: normalise in float32, scale in the input dtype.
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Tensor,
+                  buffers: tuple[tuple[Tensor, Tensor], ...]) -> Tensor:
+    """Hidden states -> logits, writing K/V at `positions` into `buffers` in place.
+
+    Args:
+        tokens: int64 [B, T].
+        positions: int64 [B, T], absolute positions (= cache lengths + t).
+        mask: bool [B, 1, T, C], True where a query may attend a key.
+        buffers: per layer (K, V), each [B, H_kv, C, hd].
+
+    Returns:
+        logits [B, T, V] in the model dtype.
+    """
+    batch, width = tokens.shape
+    heads, kv_heads, hd = stack.heads, stack.kv_heads, stack.head_dim
+    rep = heads // kv_heads
+    x = F.embedding(tokens, stack.embed)  # [B, T, D]
+    cos, sin = stack.rotary(x, positions)  # [B, T, hd]
+    cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, hd]
+    index = positions[:, None, :, None].expand(batch, kv_heads, width, hd)
+    # Grouped-query attention without repeating K/V: the rep query heads that
+    # share a K/V head become rep*T query rows of that head.
+    group_mask = mask[:, :, None].expand(batch, 1, rep, width, mask.shape[-1]).reshape(
+        batch, 1, rep * width, mask.shape[-1])  # [B, 1, rep*T, C]
+    for layer, (keys, values) in zip(stack.layers, buffers, strict=True):
+        h = _rms(x, layer.input_norm, stack.eps)
+        q = _rope(layer.q(h).view(batch, width, heads, hd).transpose(1, 2), cos, sin)  # [B, H, T, hd]
+        k = _rope(layer.k(h).view(batch, width, kv_heads, hd).transpose(1, 2), cos, sin)
+        v = layer.v(h).view(batch, width, kv_heads, hd).transpose(1, 2)  # [B, H_kv, T, hd]
+        keys.scatter_(2, index, k)
+        values.scatter_(2, index, v)
+        q = q.reshape(batch, kv_heads, rep * width, hd)
+        a = F.scaled_dot_product_attention(q, keys, values, attn_mask=group_mask)
+        a = a.reshape(batch, heads, width, hd).transpose(1, 2).reshape(batch, width, heads * hd)
+        x = x + layer.o(a)
+        h = _rms(x, layer.post_norm, stack.eps)
+        x = x + layer.down(stack.act(layer.gate(h)) * layer.up(h))
+    return stack.head(_rms(x, stack.norm, stack.eps))  # [B, T, V]

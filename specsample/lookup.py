@@ -1,0 +1,82 @@
+"""Prompt lookup: draft by copying what followed the last n-gram's latest earlier occurrence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specsample._array import Array, check_shape, device, namespace
+from specsample.params import SamplingParams
+from specsample.protocols import Proposal
+
+__all__ = ["PromptLookupDrafter"]
+
+
+class PromptLookupDrafter:
+    """Deterministic drafts from the context itself (Proposal.probs is None: q one-hot).
+
+    For each row, the last n committed tokens (n = ngram_max down to ngram_min)
+    are searched for at an earlier position; the K tokens that followed the
+    most recent match are proposed. With no match, the last token is repeated.
+    Any deterministic guess is lossless; a good one is merely accepted more often.
+
+    Args:
+        ngram_max: the longest suffix tried, >= ngram_min.
+        ngram_min: the shortest suffix tried, >= 1.
+    """
+
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
+        for name, value in (("ngram_max", ngram_max), ("ngram_min", ngram_min)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if ngram_min > ngram_max:
+            raise ValueError(f"ngram_min: expected <= ngram_max = {ngram_max}, got {ngram_min}")
+        self.ngram_max, self.ngram_min = ngram_max, ngram_min
+
+    def start(self, tokens: Array, lengths: Array, capacity: int) -> None:
+        """No state: every proposal is computed from the committed tokens."""
+        return None
+
+    def advance(self, state: Any, lengths: Array) -> None:
+        """No state to move."""
+        return None
+
+    def _last_match(self, xp: Any, tokens: Array, lengths: Array, n: int) -> Array:
+        """int64 [B]: the latest end e <= L-2 with tokens[e-n+1 : e+1] == the last n, else -1."""
+        pos = xp.arange(tokens.shape[1], dtype=xp.int64, device=device(tokens))[None, :]  # [1, C]
+        match = (pos >= n - 1) & (pos <= (lengths - 2)[:, None]) & (lengths >= n)[:, None]  # [B, C]
+        for j in range(n):
+            shifted = xp.broadcast_to(xp.clip(pos - j, min=0), tokens.shape)  # [B, C]
+            earlier = xp.take_along_axis(tokens, shifted, axis=1)
+            last = xp.take_along_axis(tokens, xp.clip(lengths - 1 - j, min=0)[:, None], axis=1)  # [B, 1]
+            match = match & (earlier == last)
+        return xp.max(xp.where(match, pos, -1), axis=1)
+
+    def propose(self, state: Any, tokens: Array, lengths: Array, k: int,
+                params: SamplingParams, uniforms: Array) -> Proposal:
+        """Copy the k tokens after the best match; `params` and `uniforms` are unused.
+
+        Args:
+            tokens: int [B, C] committed ids, row b valid on [0, lengths[b]).
+            lengths: int [B], each >= 1.
+            k: the number of tokens to propose, >= 1.
+
+        Returns:
+            A Proposal with tokens int64 [B, k] and probs None.
+        """
+        xp = namespace(tokens, lengths)
+        check_shape("tokens", tokens, (None, None))
+        check_shape("lengths", lengths, (int(tokens.shape[0]),))
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k: expected an int >= 1, got {k!r}")
+        tokens, lengths = xp.astype(tokens, xp.int64), xp.astype(lengths, xp.int64)
+        # No match: pretend one ended at L-2, so the last token repeats.
+        end = lengths - 2
+        for n in range(self.ngram_min, self.ngram_max + 1):  # longer matches win
+            found = self._last_match(xp, tokens, lengths, n)
+            end = xp.where(found >= 0, found, end)
+        # What follows the match is known up to L-1; beyond, the suffix is
+        # assumed to repeat with period L-1-end (the distance to the match).
+        period = lengths - 1 - end  # [B], >= 1
+        steps = xp.arange(k, dtype=xp.int64, device=device(tokens))[None, :]  # [1, k]
+        index = (end + 1)[:, None] + steps % period[:, None]  # [B, k], all <= L-1
+        return Proposal(tokens=xp.take_along_axis(tokens, index, axis=1), probs=None, state=None)

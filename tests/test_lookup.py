@@ -1,0 +1,102 @@
+"""PromptLookupDrafter: the most recent n-gram match, static shapes, lossless in generation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from specsample_backends.reference import random_ngram
+
+from specsample.generate import generate, generate_plain
+from specsample.lookup import PromptLookupDrafter
+from specsample.params import SamplingParams
+from specsample.protocols import Drafter
+
+PARAMS = SamplingParams()
+
+
+def _reference(seq: list[int], k: int, ngram_max: int, ngram_min: int) -> list[int]:
+    """The rule in plain Python: longest n first, latest earlier end, periodic beyond L-1."""
+    length = len(seq)
+    end = length - 2
+    for n in range(ngram_max, ngram_min - 1, -1):
+        hits = [e for e in range(n - 1, length - 1) if length >= n and seq[e - n + 1: e + 1] == seq[-n:]]
+        if hits:
+            end = max(hits)
+            break
+    period = length - 1 - end
+    return [seq[end + 1 + i % period] for i in range(k)]
+
+
+def _pad(rows: list[list[int]], width: int, fill: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    tokens = np.full((len(rows), width), fill, dtype=np.int64)
+    for b, row in enumerate(rows):
+        tokens[b, : len(row)] = row
+    return tokens, np.array([len(r) for r in rows], dtype=np.int64)
+
+
+def test_is_a_drafter_and_stateless() -> None:
+    drafter = PromptLookupDrafter()
+    assert isinstance(drafter, Drafter)
+    tokens, lengths = _pad([[1, 2]], 4)
+    assert drafter.start(tokens, lengths, 4) is None
+    assert drafter.advance(None, lengths) is None
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_known_cases(lib: str) -> None:
+    rows = [[1, 2, 3, 4, 1, 2, 3],  # 3-gram match: its continuation, then periodic
+            [5, 6, 7, 8, 9, 5],  # 1-gram match
+            [7],  # nothing to match: repeat the last token
+            [1, 2, 1, 2, 1, 2, 1],  # the most recent match wins
+            [1, 2, 3, 9, 5, 3, 8, 1, 2, 3]]  # a longer match beats a more recent shorter one
+    tokens, lengths = _pad(rows, 12, fill=4)
+    if lib == "torch":
+        tokens, lengths = torch.from_numpy(tokens), torch.from_numpy(lengths)
+    got = PromptLookupDrafter().propose(None, tokens, lengths, 4, PARAMS, None)
+    assert got.probs is None and got.state is None
+    assert np.asarray(got.tokens).tolist() == [[4, 1, 2, 3], [6, 7, 8, 9], [7, 7, 7, 7], [2, 1, 2, 1],
+                                               [9, 5, 3, 8]]
+    assert np.asarray(got.tokens).dtype == np.int64
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=1, max_size=4),
+       k=st.integers(1, 6), ngram_min=st.integers(1, 3), extra=st.integers(0, 2),
+       garbage=st.integers(0, 3))
+def test_matches_the_python_rule_and_ignores_garbage(rows: list[list[int]], k: int, ngram_min: int,
+                                                     extra: int, garbage: int) -> None:
+    ngram_max = ngram_min + extra
+    tokens, lengths = _pad(rows, 14, fill=garbage)
+    got = PromptLookupDrafter(ngram_max, ngram_min).propose(None, tokens, lengths, k, PARAMS, None)
+    for b, row in enumerate(rows):  # rows are independent of the batch and of positions >= L
+        assert got.tokens[b].tolist() == _reference(row, k, ngram_max, ngram_min)
+
+
+def test_greedy_generation_equals_plain_greedy() -> None:
+    target = random_ngram(8, order=2, seed=5, concentration=0.2)
+    prompts, lengths = _pad([[1, 2, 3, 1, 2], [4, 4], [6]], 5)
+    greedy = SamplingParams(temperature=0)
+    spec = generate(target, PromptLookupDrafter(), prompts, prompt_lengths=lengths, max_new_tokens=30,
+                    params=greedy, k=4)
+    plain = generate_plain(target, prompts, prompt_lengths=lengths, max_new_tokens=30, params=greedy)
+    assert np.array_equal(spec.sequences, plain.sequences)
+    assert spec.metrics.accepted > 0  # greedy n-gram text repeats: lookups get accepted
+
+
+@pytest.mark.parametrize(("args", "match"), [((0, 1), "ngram_max"), ((2, 3), "ngram_min"),
+                                             ((2, True), "ngram_min")])
+def test_bad_ngram_sizes(args: tuple[int, int], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        PromptLookupDrafter(*args)
+
+
+def test_bad_inputs() -> None:
+    tokens, lengths = _pad([[1, 2]], 4)
+    drafter = PromptLookupDrafter()
+    with pytest.raises(ValueError, match="k: expected an int >= 1"):
+        drafter.propose(None, tokens, lengths, 0, PARAMS, None)
+    with pytest.raises(ValueError, match="lengths"):
+        drafter.propose(None, tokens, lengths[None], 2, PARAMS, None)
