@@ -1,0 +1,186 @@
+"""The backend object of the static engine, shared by static-cpu, cuda and gaudi."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from specsample_backends.torch import loading
+from specsample_backends.torch.model import HFModel
+from torch import Tensor, nn
+
+from specsample.drafters import ModelDrafter
+from specsample.generate import Generation, Step, _check_run, _prompt
+from specsample.params import SamplingParams
+from specsample.policy import KPolicy
+
+from .engine import Capture, Engine, EngineOptions, as_policy, static_stack
+
+__all__ = ["CompileCapture", "StaticBackend", "create_cpu", "engine_options"]
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+OPTIONS = ("buckets", "dtype", "sync_every", "ks", "prefill_chunk", "strict")
+
+
+class CompileCapture:
+    """`torch.compile(dynamic=False, fullgraph=True)`; after a step's first call, a recompile is an error.
+
+    Args:
+        backend: the torch.compile backend ("inductor"; "aot_eager" for fast tests).
+        mode: the torch.compile mode (None; "reduce-overhead" gives CUDA graphs).
+        strict: run warm steps under `set_stance("fail_on_recompile")`.
+    """
+
+    def __init__(self, *, backend: str = "inductor", mode: str | None = None, strict: bool = True) -> None:
+        self.backend, self.mode, self.strict = backend, mode, strict
+
+    def capture(self, module: nn.Module, example: Sequence[Tensor]) -> Callable[..., Any]:
+        """The compiled module; its first call compiles (warm-up)."""
+        # cpp_wrapper: one C++ file per graph, so a cold compile runs gcc a few
+        # times instead of once per kernel, and a call skips the Python wrapper.
+        options = {"cpp_wrapper": True} if self.backend == "inductor" and self.mode is None else None
+        compiled = torch.compile(module, backend=self.backend, mode=self.mode, dynamic=False,
+                                 fullgraph=True, options=options)
+        calls = [0]
+
+        def run(*args: Tensor) -> Any:
+            calls[0] += 1
+            if calls[0] == 1 or not self.strict:
+                # One code object serves every (bucket, K): raise Dynamo's per-code limit.
+                with torch._dynamo.config.patch(recompile_limit=256):
+                    return compiled(*args)
+            with torch.compiler.set_stance("fail_on_recompile"):
+                return compiled(*args)
+
+        return run
+
+    def boundary(self) -> None:
+        """Nothing to do between rounds."""
+
+
+def engine_options(options: Mapping[str, object], known: Sequence[str]) -> EngineOptions:
+    """EngineOptions from a backend's options mapping (unknown keys are an error)."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"options: unknown {unknown}; known: {list(known)}")
+    values: dict[str, Any] = {}
+    for name in ("buckets", "ks"):
+        if name in options:
+            raw = options[name]
+            if not isinstance(raw, (list, tuple)):
+                raise ValueError(f"{name}: expected a list of ints, got {raw!r}")
+            values[name] = tuple(raw)
+    for name in ("sync_every", "prefill_chunk"):
+        if name in options:
+            values[name] = options[name]
+    return EngineOptions(**values)
+
+
+def _dtype(options: Mapping[str, object], default: str) -> torch.dtype:
+    name = options.get("dtype", default)
+    if name not in DTYPES:
+        raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {name!r}")
+    return DTYPES[str(name)]
+
+
+class StaticBackend:
+    """Loads models like the torch backend and runs them on the static engine.
+
+    Args:
+        name: the backend's registry name.
+        device: where buffers and weights live.
+        dtype: the model and cache dtype.
+        capture: how steps become graphs.
+        options: engine options.
+    """
+
+    def __init__(self, *, name: str, device: torch.device, dtype: torch.dtype, capture: Capture,
+                 options: EngineOptions) -> None:
+        self.name, self.device, self.dtype = name, device, dtype
+        self.capture, self.options = capture, options
+        self._engines: dict[tuple[int, int], Engine] = {}
+
+    def asarray(self, ids: Any) -> Tensor:
+        """Token ids as an int64 tensor on the device."""
+        return torch.as_tensor(ids, dtype=torch.int64, device=self.device)
+
+    def load_target(self, spec: str) -> HFModel:
+        """The target model ("smollm2", a directory, a .gguf file); a Llama architecture."""
+        return loading.load_target(spec, dtype=self.dtype, device=str(self.device))
+
+    def load_drafter(self, name: str, target: HFModel) -> ModelDrafter:
+        """A model drafter: "early-exit:N" or a draft model spec (dense Llama layers)."""
+        drafter = loading.load_drafter(name, target)
+        if not isinstance(drafter, ModelDrafter):
+            raise ValueError(f"name: the static engine needs a draft model ('early-exit:N' or a model "
+                             f"spec), got {name!r}")
+        self.engine(target, drafter)  # validates now rather than at the first round
+        return drafter
+
+    def tokenizer(self, spec: str) -> Any:
+        """The tokenizer of a model spec."""
+        return loading.load_tokenizer(spec)
+
+    def engine(self, target: HFModel, drafter: ModelDrafter) -> Engine:
+        """The engine for (target, drafter), built once and kept (its graphs with it)."""
+        key = (id(target), id(drafter))
+        if key not in self._engines:
+            self._engines[key] = Engine(_stack("target", target), _stack("drafter", drafter.model),
+                                        dtype=target.dtype, device=target.device,
+                                        capture=self.capture, options=self.options)
+            if self._engines[key].vocab != drafter.model.vocab_size:
+                raise ValueError(f"drafter: expected the target's vocabulary "
+                                 f"{self._engines[key].vocab}, got {drafter.model.vocab_size}")
+        return self._engines[key]
+
+    def iterate(self, target: HFModel, drafter: ModelDrafter, input_ids: Any, *, max_new_tokens: int,
+                params: SamplingParams | None = None, k: int | KPolicy = 4, seed: int = 0,
+                eos_token_id: int | None = None, prompt_lengths: Any = None) -> Any:
+        """Stream rounds as `specsample.generate.iterate` does (core `Step`s)."""
+        _check_run(max_new_tokens, seed)
+        prompt, lengths = _prompt(self.asarray(input_ids), None if prompt_lengths is None else
+                                  self.asarray(prompt_lengths), target.vocab_size)
+        engine = self.engine(target, drafter)
+        with torch.no_grad():
+            steps: Any = engine.iterate(prompt, lengths, max_new_tokens=max_new_tokens,
+                                        params=params or SamplingParams(), policy=as_policy(k),
+                                        seed=seed, eos_token_id=eos_token_id)
+            yield from steps
+
+    def generate(self, target: HFModel, drafter: ModelDrafter, input_ids: Any, *,
+                 max_new_tokens: int, pad_id: int = 0, **run: Any) -> Generation:
+        """Speculative sampling to completion, as `specsample.generate.generate`."""
+        steps: list[Step] = list(self.iterate(target, drafter, input_ids,
+                                              max_new_tokens=max_new_tokens, **run))
+        state = steps[-1].state
+        width = int(state.lengths.max())
+        pos = torch.arange(width, device=self.device)[None, :]
+        sequences = torch.where(pos < state.lengths[:, None], state.tokens[:, :width], pad_id)
+        given = run.get("prompt_lengths")
+        _, prompt_lengths = _prompt(self.asarray(input_ids), None if given is None else
+                                    self.asarray(given), target.vocab_size)
+        return Generation(sequences=sequences.clone(), lengths=state.lengths.clone(),
+                          prompt_lengths=prompt_lengths, metrics=steps[-1].metrics)
+
+
+def _stack(name: str, model: Any) -> Any:
+    if not isinstance(model, HFModel) or model.stack is None:
+        raise ValueError(f"{name}: the static engine needs a Llama-architecture HFModel on the fast "
+                         f"path, got {type(getattr(model, 'module', model)).__name__}")
+    return static_stack(model.stack)
+
+
+def create_cpu(options: Mapping[str, object]) -> StaticBackend:
+    """The static engine under `torch.compile(dynamic=False)` on CPU.
+
+    Options: buckets (default 256 ... 4096), ks, sync_every, prefill_chunk, dtype
+    ("float32", "float64", "bfloat16"), strict (default True: a recompile
+    after warm-up raises).
+    """
+    strict = options.get("strict", True)
+    if not isinstance(strict, bool):
+        raise ValueError(f"strict: expected a bool, got {strict!r}")
+    return StaticBackend(name="static-cpu", device=torch.device("cpu"), dtype=_dtype(options, "float32"),
+                         capture=CompileCapture(strict=strict),
+                         options=engine_options(options, OPTIONS))

@@ -1,0 +1,370 @@
+"""The static-shape engine: fixed buffers per bucket, one captured graph per (bucket, K).
+
+Shapes never depend on data: K/V caches are allocated once per (batch,
+capacity bucket) and written by position (`scatter_`), attention is masked by
+absolute position, the prompt is prefilled in fixed-width chunks, and a round
+(K draft forwards, the target forward, warp, verify, commit) is one function
+of fixed-shape tensors whose inputs are the uniforms and the sampling knobs.
+How a step is captured (torch.compile, CUDA graphs, HPU graphs) is a `Capture`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+import torch
+from specsample_backends.torch._fast import DenseLinear, LlamaStack, llama_forward
+from torch import Tensor, nn
+
+from specsample.cache import Cache
+from specsample.generate import Generation, Step
+from specsample.metrics import Metrics, tally
+from specsample.params import SamplingParams
+from specsample.policy import ConstantK, KPolicy
+from specsample.rng import uniforms as draw_uniforms
+from specsample.round import RoundResult, State
+from specsample.verify import Verdict
+
+from .verify import commit, sample_tensor, verify_tensor
+from .warp import knobs, warp_tensor
+
+__all__ = ["BUCKETS", "Capture", "Engine", "EngineOptions", "Slot"]
+
+BUCKETS = (256, 512, 1024, 2048, 4096)
+KV = tuple[tuple[Tensor, Tensor], ...]  # per layer (K, V), each [B, H_kv, C, hd]
+
+
+class Capture(Protocol):
+    """How a step module becomes a replayable graph on a device."""
+
+    def capture(self, module: nn.Module, example: Sequence[Tensor]) -> Callable[..., Any]:
+        """A callable equivalent to `module` (compiled, graph-captured, ...)."""
+        ...
+
+    def boundary(self) -> None:
+        """Called once after every round and after the prefill (HPU lazy mode: mark_step)."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EngineOptions:
+    """Engine settings.
+
+    Attributes:
+        buckets: cache capacities, ascending; a run takes the smallest that fits.
+        ks: K values to capture for a dynamic-K policy (the nearest below is used).
+        sync_every: read the stop flags (and metrics) every this many rounds.
+        prefill_chunk: width of the prefill graph's chunk.
+    """
+
+    buckets: tuple[int, ...] = BUCKETS
+    ks: tuple[int, ...] = ()
+    sync_every: int = 1
+    prefill_chunk: int = 64
+
+    def __post_init__(self) -> None:
+        b = self.buckets
+        if not b or any(isinstance(c, bool) or not isinstance(c, int) or c < 2 for c in b) or \
+                list(b) != sorted(set(b)):
+            raise ValueError(f"buckets: expected ascending distinct ints >= 2, got {b!r}")
+        if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
+            raise ValueError(f"ks: expected ints >= 1, got {self.ks!r}")
+        for name in ("sync_every", "prefill_chunk"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+
+
+def static_stack(stack: LlamaStack) -> LlamaStack:
+    """The same weights with plain (unpacked) dense linears, which every compiler traces.
+
+    Raises:
+        ValueError: a linear is not dense (e.g. the fbgemm int8 draft).
+    """
+    def plain(linear: Any) -> DenseLinear:
+        if not isinstance(linear, DenseLinear):
+            raise ValueError(f"drafter: the static engine captures dense Llama layers, got a "
+                             f"{type(linear).__name__} (use 'early-exit:N' or a draft model, not "
+                             f"'int8': fbgemm's dynamic int8 kernels cannot be captured)")
+        return DenseLinear(linear.weight, linear.bias, pack=False)
+
+    return stack.derive(linear=plain)
+
+
+def _forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, kv: KV) -> Tensor:
+    """Logits [B, T, V] (float32 or float64) for tokens [B, T] at positions [B, T]."""
+    slots = torch.arange(kv[0][0].shape[2], device=tokens.device)  # [C]
+    mask = (slots <= positions[:, :, None])[:, None]  # [B, 1, T, C]
+    logits = llama_forward(stack, tokens, positions, mask, kv)
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
+@dataclasses.dataclass(eq=False, kw_only=True)
+class Slot:
+    """Everything one (batch, capacity) keeps between runs; allocated once.
+
+    Attributes:
+        tokens: int64 [B, C]; lengths, stop: int64 [B]; done: bool [B].
+        target_kv, draft_kv: K/V buffers [B, H_kv, C, hd] per layer.
+        knob: [4] sampling knobs; eos: int64 [] (-1: none).
+        uniforms: K -> float64 [B, 2K+1], the round graph's random input.
+        rounds: K -> the captured round; prefill: the captured prefill.
+    """
+
+    tokens: Tensor
+    lengths: Tensor
+    stop: Tensor
+    done: Tensor
+    target_kv: KV
+    draft_kv: KV
+    knob: Tensor
+    eos: Tensor
+    uniforms: dict[int, Tensor] = dataclasses.field(default_factory=dict)
+    rounds: dict[int, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+    prefill: Callable[..., Any] | None = None
+
+    @property
+    def capacity(self) -> int:
+        """C, positions per row."""
+        return int(self.tokens.shape[1])
+
+    def pointers(self) -> list[int]:
+        """data_ptr of every state buffer (to show they never move)."""
+        flat = [self.tokens, self.lengths, self.stop, self.done, self.knob, self.eos,
+                *(t for kv in (self.target_kv, self.draft_kv) for pair in kv for t in pair)]
+        return [t.data_ptr() for t in flat]
+
+
+class PrefillStep(nn.Module):
+    """Write K/V of a [B, P] chunk at given positions into both caches (no output)."""
+
+    def __init__(self, engine: Engine, slot: Slot) -> None:
+        super().__init__()
+        self.engine, self.slot = engine, slot
+
+    def mutable(self) -> tuple[Tensor, ...]:
+        """State tensors a call changes besides K/V beyond the valid lengths: none."""
+        return ()
+
+    def forward(self, chunk: Tensor, positions: Tensor) -> Tensor:
+        """chunk, positions int64 [B, P]; returns the target's last logits [B, V]."""
+        _forward(self.engine.draft, chunk, positions, self.slot.draft_kv)
+        return _forward(self.engine.target, chunk, positions, self.slot.target_kv)[:, -1]
+
+
+class RoundStep(nn.Module):
+    """One speculative round over a slot's buffers, updating them in place."""
+
+    def __init__(self, engine: Engine, slot: Slot, k: int) -> None:
+        super().__init__()
+        self.engine, self.slot, self.k = engine, slot, k
+
+    def mutable(self) -> tuple[Tensor, ...]:
+        """State tensors a call changes besides K/V beyond the valid lengths (a capture that
+        runs warm-up calls restores them)."""
+        return self.slot.tokens, self.slot.lengths, self.slot.done
+
+    def draft(self, u: Tensor, knob: Tensor) -> tuple[Tensor, Tensor]:
+        """K draft tokens [B, K] and their laws q [B, K, V] (`ModelDrafter.propose`).
+
+        The draft cache holds L - 2 entries: the first forward feeds the last two
+        committed tokens (positions clipped at 0 for a one-token prompt).
+        """
+        s, lengths = self.slot, self.slot.lengths
+        pos = (lengths[:, None] + torch.arange(2, device=lengths.device) - 2).clamp(min=0)  # [B, 2]
+        feed = s.tokens.gather(1, pos)
+        drafted, laws = [], []
+        for i in range(self.k):
+            logits = _forward(self.engine.draft, feed, pos, s.draft_kv)[:, -1]  # [B, V]
+            q = warp_tensor(logits, knob)
+            x = sample_tensor(q, u[:, i])  # [B]
+            drafted.append(x)
+            laws.append(q)
+            feed, pos = x[:, None], (lengths + i)[:, None]
+        return torch.stack(drafted, dim=1), torch.stack(laws, dim=1)
+
+    def forward(self, u: Tensor, knob: Tensor, eos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Run the round; returns (verdict tokens [B, K+1], num_accepted, emitted, active [B])."""
+        s, k = self.slot, self.k
+        drafted, q = self.draft(u[:, :k], knob)
+        last = s.tokens.gather(1, (s.lengths - 1)[:, None])  # [B, 1]
+        pos = s.lengths[:, None] - 1 + torch.arange(k + 1, device=last.device)  # [B, K+1]
+        logits = _forward(self.engine.target, torch.cat([last, drafted], dim=1), pos, s.target_kv)
+        verdict, n = verify_tensor(drafted, q, warp_tensor(logits, knob), u[:, k:])
+        active = ~s.done
+        emitted, tokens, lengths, done = commit(verdict, n, s.tokens, s.lengths, s.stop, s.done, eos)
+        s.tokens.copy_(tokens)
+        s.lengths.copy_(lengths)
+        s.done.copy_(done)
+        return verdict, n, emitted, active
+
+
+class Engine:
+    """Speculative rounds over fixed-shape buffers, captured once per (batch, bucket, K).
+
+    Args:
+        target: the target's Llama stack.
+        draft: the draft's Llama stack (same vocabulary).
+        kv_shape: per model (layers, H_kv, hd) for (target, draft).
+        dtype, device: of the K/V buffers.
+        capture: turns step modules into graphs.
+        options: buckets, K values, sync cadence.
+    """
+
+    def __init__(self, target: LlamaStack, draft: LlamaStack, *, dtype: torch.dtype,
+                 device: torch.device, capture: Capture, options: EngineOptions) -> None:
+        self.target, self.draft = target, draft
+        self.dtype, self.device, self.capture, self.options = dtype, device, capture, options
+        self.vocab = int(target.embed.shape[0])
+        self.slots: dict[tuple[int, int], Slot] = {}
+
+    def bucket(self, needed: int) -> int:
+        """The smallest bucket capacity >= needed."""
+        for capacity in self.options.buckets:
+            if capacity >= needed:
+                return capacity
+        raise ValueError(f"prompt + max_new_tokens + K + 1 = {needed} positions: expected at most "
+                         f"the largest bucket {self.options.buckets[-1]} (options.buckets = "
+                         f"{list(self.options.buckets)}); add a larger bucket or shorten the run")
+
+    def _kv(self, stack: LlamaStack, batch: int, capacity: int) -> KV:
+        shape = (batch, stack.kv_heads, capacity, stack.head_dim)
+        return tuple((torch.zeros(shape, dtype=self.dtype, device=self.device),
+                      torch.zeros(shape, dtype=self.dtype, device=self.device))
+                     for _ in stack.layers)
+
+    def slot(self, batch: int, capacity: int) -> Slot:
+        """The slot for (batch, capacity), allocated on first use."""
+        key = (batch, capacity)
+        if key not in self.slots:
+            ints = dict(dtype=torch.int64, device=self.device)
+            with torch.inference_mode(False), torch.no_grad():
+                self.slots[key] = Slot(
+                    tokens=torch.zeros(batch, capacity, **ints), lengths=torch.ones(batch, **ints),
+                    stop=torch.ones(batch, **ints), done=torch.ones(batch, dtype=torch.bool,
+                                                                     device=self.device),
+                    target_kv=self._kv(self.target, batch, capacity),
+                    draft_kv=self._kv(self.draft, batch, capacity),
+                    knob=knobs(SamplingParams(), self.vocab, dtype=self._logits_dtype(),
+                               device=self.device),
+                    eos=torch.tensor(-1, **ints))
+        return self.slots[key]
+
+    def _logits_dtype(self) -> torch.dtype:
+        return torch.float64 if self.dtype == torch.float64 else torch.float32
+
+    def _round(self, slot: Slot, k: int) -> Callable[..., Any]:
+        if k not in slot.rounds:
+            slot.uniforms[k] = torch.zeros(slot.tokens.shape[0], 2 * k + 1, dtype=torch.float64,
+                                           device=self.device)
+            slot.rounds[k] = self.capture.capture(RoundStep(self, slot, k),
+                                                  (slot.uniforms[k], slot.knob, slot.eos))
+        return slot.rounds[k]
+
+    def pick_k(self, wanted: int) -> int:
+        """The captured K to run for a wanted K: the largest captured <= wanted (else the smallest)."""
+        ks = sorted(self.options.ks)
+        if not ks or wanted in ks:
+            return wanted
+        below = [k for k in ks if k <= wanted]
+        return below[-1] if below else ks[0]
+
+    def prefill(self, slot: Slot, prompt: Tensor, width: int) -> None:
+        """Write the K/V of prompt positions [0, width) in fixed chunks (positions clipped to C-1)."""
+        chunk = min(self.options.prefill_chunk, slot.capacity)
+        if slot.prefill is None:
+            example = torch.zeros(prompt.shape[0], chunk, dtype=torch.int64, device=self.device)
+            slot.prefill = self.capture.capture(PrefillStep(self, slot), (example, example))
+        span = torch.arange(chunk, device=self.device)
+        for start in range(0, width, chunk):
+            positions = (start + span).clamp(max=slot.capacity - 1).expand(prompt.shape[0], chunk)
+            ids = slot.tokens.gather(1, positions)  # tokens beyond a prompt are padding, masked later
+            slot.prefill(ids.contiguous(), positions.contiguous())
+        self.capture.boundary()
+
+    def load(self, slot: Slot, prompt: Tensor, lengths: Tensor, max_new_tokens: int,
+             params: SamplingParams, eos_token_id: int | None) -> None:
+        """Copy a run's inputs into the slot's buffers (no reallocation)."""
+        slot.tokens.zero_()
+        slot.tokens[:, : prompt.shape[1]].copy_(prompt)
+        slot.lengths.copy_(lengths)
+        slot.stop.copy_(lengths + max_new_tokens)
+        slot.done.copy_(lengths >= slot.stop)
+        slot.knob.copy_(knobs(params, self.vocab, dtype=slot.knob.dtype, device=self.device))
+        slot.eos.fill_(-1 if eos_token_id is None else eos_token_id)
+
+    def iterate(self, prompt: Tensor, lengths: Tensor, *, max_new_tokens: int,
+                params: SamplingParams, policy: KPolicy, seed: int,
+                eos_token_id: int | None) -> Iterator[Step]:
+        """Rounds until every row stops, yielding core `Step`s after each host sync.
+
+        The host reads device values once per `sync_every` rounds (stop flags and
+        the per-round counts together). Between syncs a finished batch runs idle
+        rounds (every row done: nothing is committed). With sync_every > 1 each
+        yielded Step carries the state at the sync, not after its own round.
+
+        Args:
+            prompt: int64 [B, T] right-padded, on the device; lengths int64 [B] (>= 1).
+        """
+        batch = int(prompt.shape[0])
+        width = int(lengths.max())
+        slot = self.slot(batch, self.bucket(width + max_new_tokens + policy.k_max + 1))
+        self.load(slot, prompt, lengths, max_new_tokens, params, eos_token_id)
+        if width > 1:
+            self.prefill(slot, prompt, width - 1)
+        metrics, index, pending = Metrics(), 0, []
+        while True:
+            k = self.pick_k(policy.next_k(metrics))
+            began = time.perf_counter()
+            run = self._round(slot, k)
+            slot.uniforms[k].copy_(torch.from_numpy(draw_uniforms(seed, index, batch, 2 * k + 1)))
+            out = tuple(t.clone() for t in run(slot.uniforms[k], slot.knob, slot.eos))
+            self.capture.boundary()
+            pending.append((index, k, out, time.perf_counter() - began))
+            index += 1
+            if index % self.options.sync_every:
+                continue
+            finished, steps, metrics = self._sync(slot, pending, metrics)
+            pending = []
+            yield from steps
+            if finished:
+                return
+
+    def _sync(self, slot: Slot, pending: list[Any], metrics: Metrics) -> tuple[bool, list[Step], Metrics]:
+        """One device read for the pending rounds: their counts and whether all rows are done."""
+        counts = torch.stack([torch.stack([n, e, a.long()]) for _, _, (_, n, e, a), _ in pending])
+        host = torch.cat([counts.flatten(), slot.done.all().long()[None]]).tolist()  # the sync
+        batch = int(slot.tokens.shape[0])
+        state = State(tokens=slot.tokens, lengths=slot.lengths, stop_lengths=slot.stop,
+                      target_cache=Cache(lengths=slot.lengths - 1, capacity=slot.capacity,
+                                         buffers=slot.target_kv), draft_state=None, done=slot.done)
+        steps = []
+        for j, (index, k, (verdict, n, emitted, active), elapsed) in enumerate(pending):
+            rows = host[3 * batch * j: 3 * batch * (j + 1)]
+            metrics = tally(metrics, k=k, accepted=rows[:batch], emitted=rows[batch: 2 * batch],
+                            active=[bool(a) for a in rows[2 * batch:]], elapsed_s=elapsed)
+            result = RoundResult(verdict=Verdict(tokens=verdict, num_accepted=n), emitted=emitted,
+                                 active=active)
+            steps.append(Step(index=index, k=k, result=result, state=state, metrics=metrics))
+        return bool(host[-1]), steps, metrics
+
+    def generate(self, prompt: Tensor, lengths: Tensor, *, pad_id: int = 0, **run: Any) -> Generation:
+        """Run `iterate` to the end; see it for the arguments."""
+        steps = list(self.iterate(prompt, lengths, **run))
+        state = steps[-1].state
+        width = int(state.lengths.max())
+        pos = torch.arange(width, device=self.device)[None, :]
+        sequences = torch.where(pos < state.lengths[:, None], state.tokens[:, :width], pad_id)
+        return Generation(sequences=sequences.clone(), lengths=state.lengths.clone(),
+                          prompt_lengths=lengths, metrics=steps[-1].metrics)
+
+
+def as_policy(k: int | KPolicy) -> KPolicy:
+    """An int K as a constant policy; a KPolicy as is."""
+    policy = ConstantK(k=k) if isinstance(k, int) and not isinstance(k, bool) else k
+    if not isinstance(policy, KPolicy):
+        raise TypeError(f"k: expected an int or a KPolicy, got {type(k).__name__}")
+    return policy

@@ -1,0 +1,242 @@
+"""The static-shape engine (static-cpu): warp/verify equal the core, parity, zero recompiles, buffers.
+
+Most checks run on a tiny random Llama in float64 (fast to compile); a slow
+one runs SmolLM2. Static shapes are shown by Dynamo's counters staying
+constant after warm-up, and by running warm rounds under
+`set_stance("fail_on_recompile")` (the backend's default `strict`).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from specsample_backends.static import (
+    CompileCapture,
+    StaticBackend,
+    create_cpu,
+    engine_options,
+    knobs,
+    sample_tensor,
+    verify_tensor,
+    warp_tensor,
+)
+from specsample_backends.torch import HFModel
+from specsample_backends.torch.early_exit import early_exit_draft
+from torch._dynamo.utils import counters
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specsample.drafters import ModelDrafter
+from specsample.generate import generate
+from specsample.params import SamplingParams
+from specsample.registry import get_backend
+from specsample.sample import sample
+from specsample.verify import verify
+from specsample.warp import warp
+
+V = 101
+TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=V, max_position_embeddings=256)
+BUCKETS = [48, 96]
+PARAMS = [SamplingParams(temperature=0), SamplingParams(temperature=0.8, top_p=0.9),
+          SamplingParams(temperature=1.3, top_k=7, min_p=0.05), SamplingParams(temperature=0.5),
+          SamplingParams(temperature=1.0, top_k=3, top_p=0.5, min_p=0.2)]
+
+
+@pytest.fixture(scope="module")
+def models() -> tuple[HFModel, ModelDrafter]:
+    torch.manual_seed(0)
+    module = LlamaForCausalLM(LlamaConfig(**TINY)).eval().double()
+    target = HFModel(module)
+    return target, ModelDrafter(early_exit_draft(target, 1))
+
+
+@pytest.fixture(scope="module")
+def backend() -> StaticBackend:
+    return create_cpu({"buckets": BUCKETS, "dtype": "float64"})
+
+
+def _ragged() -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    return torch.randint(0, V, (3, 9), generator=gen), torch.tensor([9, 1, 5])
+
+
+def _graphs() -> tuple[int, int]:
+    return counters["stats"]["unique_graphs"], counters["frames"]["total"]
+
+
+# -- the tensor-parameter warp and the torch verify equal the core -----------------------------
+
+
+def _logits(seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(4, 6, V, generator=gen, dtype=torch.float64) * 3
+    logits[0, 0, :5] = logits[0, 0].max()  # ties at the argmax and at the k-th value
+    logits[1, :, ::7] = float("-inf")  # masked tokens
+    logits[2] = logits[2].round()  # many ties at top-k/top-p thresholds
+    return logits
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_warp_tensor_equals_core_warp_for_many_params(dtype: torch.dtype) -> None:
+    grid = itertools.product([0.0, 0.3, 1.0, 2.5], [None, 1, 5, V, V + 10], [None, 0.2, 0.9, 1.0],
+                             [None, 0.0, 0.1, 0.6])
+    for seed, (t, k, p, m) in enumerate(grid):
+        params = SamplingParams(temperature=t, top_k=k, top_p=p, min_p=m)
+        logits = _logits(seed % 7).to(dtype)
+        got = warp_tensor(logits, knobs(params, V, dtype=dtype))
+        assert torch.equal(got, warp(logits, params)), params
+
+
+def _verify_inputs(seed: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    b, k = 5, 4
+    q = torch.softmax(torch.randn(b, k, V, generator=gen) * 2, -1).double()
+    p = torch.softmax(torch.randn(b, k + 1, V, generator=gen) * 2, -1).double()
+    p[0, :k] = q[0]  # p = q: no residual mass
+    p[1, :, : V // 2] = 0  # disjoint-ish supports
+    p[1] /= p[1].sum(-1, keepdim=True)
+    x = torch.multinomial(q.reshape(-1, V), 1, generator=gen).reshape(b, k)
+    u = torch.rand(b, k + 1, generator=gen, dtype=torch.float64)
+    u[2, 0] = 0.0
+    u[3, :k] = (p[3, :k].gather(-1, x[3, :, None])[..., 0] / q[3].gather(-1, x[3, :, None])[..., 0]
+                ).clamp(max=0.5)  # u * q = p exactly: rejected (strict)
+    return x, q, p, u
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_verify_tensor_equals_core_verify(seed: int) -> None:
+    x, q, p, u = _verify_inputs(seed)
+    tokens, n = verify_tensor(x, q, p, u)
+    want = verify(x, q, p, u, check=False)
+    assert torch.equal(tokens, want.tokens) and torch.equal(n, want.num_accepted)
+    law = p[:, 0].float()
+    assert torch.equal(sample_tensor(law, u[:, 0]), sample(law, u[:, 0], check=False))
+
+
+# -- the engine ---------------------------------------------------------------------------------
+
+
+def test_parity_with_eager_torch_backend_in_float64(models, backend) -> None:  # type: ignore[no-untyped-def]
+    """Same seed and uniforms: the same tokens as the core loop over the eager HFModel."""
+    target, drafter = models
+    ids, lengths = _ragged()
+    for params, seed, eos in itertools.product(PARAMS, range(3), [None, 7]):
+        run = dict(max_new_tokens=20, params=params, k=3, seed=seed, prompt_lengths=lengths,
+                   eos_token_id=eos)
+        got = backend.generate(target, drafter, ids, **run)
+        want = generate(target, drafter, ids, **run)
+        assert torch.equal(got.lengths, want.lengths), (params, seed, eos)
+        assert torch.equal(got.sequences, want.sequences), (params, seed, eos)
+        assert got.metrics.accepted == want.metrics.accepted
+
+
+def test_zero_recompilations_after_warm_up_over_200_rounds(models, backend) -> None:  # type: ignore[no-untyped-def]
+    target, drafter = models
+    ids, lengths = _ragged()
+    backend.generate(target, drafter, ids, max_new_tokens=30, k=3, prompt_lengths=lengths)  # warm-up
+    before = _graphs()
+    rounds, accepted = 0, set()
+    for seed in range(60):
+        params = PARAMS[seed % len(PARAMS)]  # also changes the sampling knobs every run
+        for step in backend.iterate(target, drafter, ids, max_new_tokens=30, k=3, seed=seed,
+                                    params=params, prompt_lengths=lengths):
+            rounds += 1
+            accepted.update(step.result.verdict.num_accepted.tolist())
+        if rounds >= 200 and seed >= 2 * len(PARAMS):
+            break
+    assert rounds >= 200 and accepted == {0, 1, 2, 3}  # acceptance varied
+    assert _graphs() == before, f"compiled again after warm-up: {before} -> {_graphs()}"
+
+
+def test_changing_sampling_parameters_compiles_nothing(models, backend) -> None:  # type: ignore[no-untyped-def]
+    target, drafter = models
+    ids, lengths = _ragged()
+    backend.generate(target, drafter, ids, max_new_tokens=8, k=3, prompt_lengths=lengths)
+    before = _graphs()
+    for t, k, p, m in [(0.0, None, None, None), (0.7, 5, None, None), (1.2, None, 0.3, None),
+                       (0.9, None, None, 0.4), (2.0, 2, 0.8, 0.1)]:
+        params = SamplingParams(temperature=t, top_k=k, top_p=p, min_p=m)
+        backend.generate(target, drafter, ids, max_new_tokens=8, k=3, params=params,
+                         prompt_lengths=lengths, eos_token_id=int(t * 10))
+    assert _graphs() == before
+
+
+def test_cache_buffers_never_reallocated_between_rounds(models, backend) -> None:  # type: ignore[no-untyped-def]
+    target, drafter = models
+    ids, lengths = _ragged()
+    engine = backend.engine(target, drafter)
+    backend.generate(target, drafter, ids, max_new_tokens=8, k=3, prompt_lengths=lengths)
+    slot = engine.slots[(3, BUCKETS[0])]
+    pointers = slot.pointers()
+    for seed in range(3):
+        for step in backend.iterate(target, drafter, ids, max_new_tokens=20, k=3, seed=seed,
+                                    prompt_lengths=lengths):
+            assert step.state.tokens.data_ptr() == slot.tokens.data_ptr()
+            assert slot.pointers() == pointers
+    assert list(engine.slots) == [(3, BUCKETS[0])]
+
+
+def test_long_prompt_moves_to_next_bucket_and_beyond_last_is_an_error(models) -> None:  # type: ignore[no-untyped-def]
+    # Bucket choice is independent of the compiler: Dynamo without inductor keeps this fast.
+    backend = StaticBackend(name="static-cpu", device=torch.device("cpu"), dtype=torch.float64,
+                            capture=CompileCapture(backend="eager"),
+                            options=engine_options({"buckets": BUCKETS}, ["buckets"]))
+    target, drafter = models
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, V, (2, 40), generator=gen)
+    lengths = torch.tensor([40, 12])
+    run = dict(max_new_tokens=10, k=3, params=SamplingParams(temperature=0.8), prompt_lengths=lengths)
+    got = backend.generate(target, drafter, ids, **run)  # 40 + 10 + 3 + 1 > 48: bucket 96
+    assert list(backend.engine(target, drafter).slots) == [(2, 96)]
+    assert torch.equal(got.sequences, generate(target, drafter, ids, **run).sequences)
+    with pytest.raises(ValueError, match=r"largest bucket 96"):
+        backend.generate(target, drafter, ids, max_new_tokens=60, k=3, prompt_lengths=lengths)
+
+
+def test_options_and_drafters_are_checked(models) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="unknown"):
+        create_cpu({"bucket": [64]})
+    with pytest.raises(ValueError, match="buckets"):
+        create_cpu({"buckets": [128, 64]})
+    with pytest.raises(ValueError, match="sync_every"):
+        create_cpu({"sync_every": 0})
+    backend = get_backend("static-cpu", {"buckets": BUCKETS})
+    target, _ = models
+    from specsample_backends.torch.quantized import int8_draft
+
+    with pytest.raises(ValueError, match="int8"):
+        backend.engine(target, ModelDrafter(int8_draft(target.derive())))
+
+
+def test_sync_every_reads_less_often_and_changes_no_token(models, backend) -> None:  # type: ignore[no-untyped-def]
+    target, drafter = models
+    ids, lengths = _ragged()
+    slow = StaticBackend(name="static-cpu", device=backend.device, dtype=backend.dtype,
+                         capture=backend.capture, options=engine_options({"sync_every": 4,
+                                                                          "buckets": BUCKETS},
+                                                                         ["sync_every", "buckets"]))
+    slow._engines = {}
+    run = dict(max_new_tokens=20, k=3, seed=1, params=PARAMS[1], prompt_lengths=lengths)
+    want = backend.generate(target, drafter, ids, **run)
+    got = slow.generate(target, drafter, ids, **run)
+    assert torch.equal(got.sequences, want.sequences)
+
+
+@pytest.mark.slow
+def test_smollm2_greedy_parity_and_no_recompiles() -> None:
+    """A short check on the real model: greedy tokens equal the eager backend's; no recompiles."""
+    from specsample_backends.torch import loading
+
+    target = loading.load_target("smollm2")
+    drafter = ModelDrafter(early_exit_draft(target, 8))
+    backend = create_cpu({"buckets": [128]})
+    ids = torch.tensor([[1, 9690, 42, 2683, 314, 253, 1345, 30]])
+    run = dict(max_new_tokens=24, k=4, params=SamplingParams(temperature=0))
+    got = backend.generate(target, drafter, ids, **run)  # warm-up: compiles
+    before = _graphs()
+    again = backend.generate(target, drafter, ids, **{**run, "params": SamplingParams(temperature=0.8,
+                                                                                      top_p=0.9)})
+    assert _graphs() == before and again.metrics.rounds > 0
+    assert got.new_tokens(0) == generate(target, drafter, ids, **run).new_tokens(0)
