@@ -16,10 +16,12 @@ from specsample.benchcore import bench_verify
 def add_parser(sub: Any) -> None:
     """Register the `bench` subcommand."""
     parser = sub.add_parser("bench", help="benchmarks (JSON results)")
-    parser.add_argument("what", nargs="?", default="models", choices=["models", "core"],
-                        help="'core': verify alone; 'models': end-to-end against peers")
+    parser.add_argument("what", nargs="?", default="models", choices=["models", "core", "batch", "memory"],
+                        help="'models': end-to-end against peers (default); 'core': verify alone; "
+                             "'batch': 8 ragged rows vs batch 1 (greedy); 'memory': a long generation")
     parser.add_argument("--json", type=Path, default=None, help="write the records here")
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="repetitions (default: 30 for core, 3 for models)")
     parser.add_argument("--vocab", type=int, default=49152)
     parser.set_defaults(run=run)
     _add_model_options(parser)
@@ -35,12 +37,16 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the chosen benchmark and write JSON."""
-    if args.what == "models":
-        from specsample.cli import _models
+    if args.what in ("models", "batch", "memory"):
+        from specsample.cli import _measure, _models
 
-        return _models.bench(args)
-    if args.repeats < 1:
-        raise ValueError(f"--repeats: expected >= 1, got {args.repeats}")
+        if args.what == "models":
+            return int(_models.bench(args))
+        measure = _measure.batch if args.what == "batch" else _measure.memory
+        return measure(args, _models.load(args))
+    repeats = 30 if args.repeats is None else args.repeats
+    if repeats < 1:
+        raise ValueError(f"--repeats: expected >= 1, got {repeats}")
     settings = 3 * 3 * 2
     bar = tqdm(total=settings, desc="verify")
 
@@ -48,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         bar.set_postfix_str(label)
         bar.update(1)
 
-    records = bench_verify(vocab=args.vocab, repeats=args.repeats, progress=progress)
+    records = bench_verify(vocab=args.vocab, repeats=repeats, progress=progress)
     bar.close()
     print(f"{'library':<15}{'B':>4}{'K':>4}{'median ms':>12}{'p90 ms':>10}")
     for r in records:

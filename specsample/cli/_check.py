@@ -1,0 +1,139 @@
+"""`specsample check`: speculative vs plain sampling of a real target, tested for equality."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from specsample.cli._models import add_model_options, load
+from specsample.generate import generate, generate_plain
+from specsample.params import SamplingParams
+from specsample.testing import (
+    FitResult,
+    HomogeneityResult,
+    broken,
+    detectable_tv,
+    goodness_of_fit,
+    homogeneity,
+    samples_needed_two_sample,
+)
+from specsample.verify import verify
+from specsample.warp import warp
+
+PROMPT = "Once upon a time"
+SETTINGS = {"t1.0": SamplingParams(temperature=1.0), "t0.7-p0.9": SamplingParams(temperature=0.7, top_p=0.9)}
+
+
+def add_parser(sub: Any) -> None:
+    """Register the `check` subcommand."""
+    parser = sub.add_parser(
+        "check", help="two-sample test: speculative vs plain sampling of the same real target")
+    add_model_options(parser)
+    parser.add_argument("--n", type=int, default=2000, help="samples per method and setting")
+    parser.add_argument("--rows", type=int, default=200, help="rows per generate call")
+    parser.add_argument("--settings", default=",".join(SETTINGS),
+                        help=f"comma-separated, from {sorted(SETTINGS)}")
+    parser.add_argument("--prompt", default=PROMPT, help="the (raw, not chat-formatted) prompt")
+    parser.add_argument("--alpha", type=float, default=1e-3, help="false-failure rate of each test")
+    parser.add_argument("--broken", choices=sorted(broken.VERIFIERS), default=None,
+                        help="swap the acceptance rule for a known-wrong one (a negative control)")
+    parser.add_argument("--plot", type=Path, default=Path("results/check.png"))
+    parser.set_defaults(run=run)
+
+
+def _draw(fn: Any, n: int, rows: int, bar: tqdm, **kwargs: Any) -> np.ndarray:
+    """[n, 3] first three generated tokens, from calls of `rows` rows with fresh seeds."""
+    out: list[np.ndarray] = []
+    seed = int(kwargs.pop("seed"))
+    while sum(len(o) for o in out) < n:
+        g = fn(seed=seed, **kwargs)
+        new = np.asarray(g.sequences[:, int(g.prompt_lengths[0]):][:, :3].cpu())
+        out.append(new)
+        bar.update(len(new))
+        seed += 1
+    return np.concatenate(out)[:n]
+
+
+def _ids(tokens: np.ndarray) -> np.ndarray:
+    """One int64 outcome id per row of [n, 3] token ids (V^3 < 2^63 for V <= 2 million)."""
+    vocab = 1 << 21
+    ids: np.ndarray = (tokens[:, 0] * vocab + tokens[:, 1]) * vocab + tokens[:, 2]
+    return ids
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run every setting; exit status 0 when every test passes."""
+    if args.n < 100:
+        raise ValueError(f"--n: expected >= 100 samples per method, got {args.n}")
+    names = [s.strip() for s in args.settings.split(",") if s.strip()]
+    unknown = sorted(set(names) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"--settings: unknown {unknown}; known: {sorted(SETTINGS)}")
+    config, backend, target, drafter, tokenizer = load(args)
+    prompt = backend.asarray([tokenizer(args.prompt)["input_ids"]])
+    rows = backend.asarray(np.zeros((min(args.rows, args.n), 1), dtype=np.int64)) + prompt
+    verifier = verify if args.broken is None else broken.VERIFIERS[args.broken]
+    print(f"check: target {args.target}, draft {args.draft}, backend {config.backend}, K={config.k}, "
+          f"prompt {args.prompt!r}, n={args.n} per method, alpha={args.alpha}"
+          + (f", BROKEN verifier {args.broken!r}" if args.broken else ""))
+    print(f"  two-sample sizes for TV 0.02 at error rates {args.alpha}: "
+          f"{samples_needed_two_sample(0.02, m=8, alpha=args.alpha, beta=args.alpha):,} per method "
+          f"(8 outcomes)")
+    ok, panels = True, []
+    for name in names:
+        params = dataclasses.replace(SETTINGS[name])
+        bar = tqdm(total=2 * args.n, desc=f"{name}: sampling", unit="seq")
+        began = time.perf_counter()
+        spec = _draw(generate, args.n, len(rows), bar, target=target, drafter=drafter, input_ids=rows,
+                     max_new_tokens=3, params=params, k=config.policy(), seed=config.seed,
+                     verifier=verifier)
+        plain = _draw(generate_plain, args.n, len(rows), bar, target=target, input_ids=rows,
+                      max_new_tokens=3, params=params, seed=config.seed + 10**6)
+        bar.close()
+        logits, _ = target.forward(prompt, target.new_cache(1, prompt.shape[1] + 1))
+        exact = np.asarray(warp(logits[0, -1].double(), params).cpu())
+        results: dict[str, FitResult | HomogeneityResult] = {
+            "first token, spec vs exact p": goodness_of_fit(spec[:, 0], exact, alpha=args.alpha),
+            "first token, spec vs plain": homogeneity(spec[:, 0], plain[:, 0], alpha=args.alpha),
+            "first 3 tokens, spec vs plain": homogeneity(_ids(spec), _ids(plain), alpha=args.alpha),
+        }
+        print(f"{name} ({time.perf_counter() - began:.0f} s):")
+        for label, result in results.items():
+            ok &= result.passed
+            print(f"  {label}: {result}")
+        print(f"  detectable TV of the first-token law at n={args.n}: "
+              f"{detectable_tv(args.n, m=8, alpha=args.alpha):.3f} (one-sample, 8 outcomes)")
+        panels.append((name, spec[:, 0], plain[:, 0], exact))
+    _plot(panels, args.plot, tokenizer)
+    print("check:", "PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+def _plot(panels: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], path: Path, tokenizer: Any) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3.2 * len(panels)), squeeze=False)
+    for ax, (name, spec, plain, exact) in zip(axes[:, 0], panels, strict=True):
+        top = np.argsort(-exact)[:15]
+        x = np.arange(len(top))
+        ax.bar(x - 0.27, [np.mean(spec == t) for t in top], 0.27, label="speculative")
+        ax.bar(x, [np.mean(plain == t) for t in top], 0.27, label="plain")
+        ax.bar(x + 0.27, exact[top], 0.27, label="exact p")
+        ax.set_xticks(x, [repr(tokenizer.decode([int(t)])) for t in top], rotation=45, fontsize=7)
+        ax.set_title(f"first generated token, {name}")
+        ax.set_ylabel("frequency")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")

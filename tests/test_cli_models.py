@@ -1,0 +1,168 @@
+"""The real-model CLI: option parsing, config precedence, errors, generate and bench end to end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from specsample.cli import _models, build_parser, main
+from specsample.config import ENV_PREFIX
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["generate", "--prompt", "Hi", *argv])
+
+
+def test_options_parse() -> None:
+    args = _parse("--k", "adaptive", "--temperature", "0.5", "--top-p", "0.9", "--draft", "lookup",
+                  "--device", "cpu", "--max-new-tokens", "7", "--prompt", "Bye")
+    assert args.k == "adaptive" and args.temperature == 0.5 and args.top_p == 0.9
+    assert args.draft == "lookup" and args.target == "smollm2" and args.max_new_tokens == 7
+    assert args.prompt == ["Hi", "Bye"]
+    assert _parse("--k", "3").k == 3
+    unset = _parse()
+    assert unset.backend is None and unset.temperature is None and unset.k is None
+
+
+def test_bad_k_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _parse("--k", "many")
+    assert "adaptive" in capsys.readouterr().err
+
+
+def test_bench_options_parse() -> None:
+    args = build_parser().parse_args(["bench", "models", "--prompts", "2", "--temperatures", "0",
+                                      "--draft", "lookup", "--repeats", "1"])
+    assert (args.what, args.prompts, args.temperatures, args.draft, args.repeats) == \
+        ("models", 2, "0", "lookup", 1)
+    assert build_parser().parse_args(["bench"]).repeats is None  # 30 for core, 3 for models
+
+
+def test_config_precedence_cli_beats_toml_beats_env(tmp_path: Path) -> None:
+    toml = tmp_path / "run.toml"
+    toml.write_text('backend = "reference"\nk = 3\ntemperature = 0.5\n[options]\ndevice = "cpu"\n')
+    env = {f"{ENV_PREFIX}TEMPERATURE": "0.3", f"{ENV_PREFIX}K": "2", f"{ENV_PREFIX}SEED": "7",
+           f"{ENV_PREFIX}BACKEND": "static-cpu"}
+    config = _models.config_from_args(_parse("--config", str(toml), "--temperature", "0.9",
+                                             "--dtype", "bfloat16"), environ=env)
+    assert config.temperature == 0.9  # CLI beats TOML
+    assert config.k == 3 and config.backend == "reference"  # TOML beats env
+    assert config.seed == 7  # env beats defaults
+    assert dict(config.options) == {"device": "cpu", "dtype": "bfloat16"}
+
+
+def test_backend_default_is_torch_below_env() -> None:
+    assert _models.config_from_args(_parse(), environ={}).backend == "torch"
+    env = {f"{ENV_PREFIX}BACKEND": "reference"}
+    assert _models.config_from_args(_parse(), environ=env).backend == "reference"
+    assert _models.config_from_args(_parse("--backend", "torch"), environ=env).backend == "torch"
+
+
+def test_cost_ratio_is_not_passed_to_the_backend(tmp_path: Path) -> None:
+    toml = tmp_path / "run.toml"
+    toml.write_text('[options]\ncost_ratio = 0.2\ndevice = "cpu"\n')
+    config = _models.config_from_args(_parse("--config", str(toml)), environ={})
+    assert _models.backend_options(config) == {"device": "cpu"}
+    assert config.options["cost_ratio"] == 0.2
+
+
+def test_unknown_backend_lists_the_available(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["generate", "--prompt", "Hi", "--backend", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "'nope'" in err and "reference" in err and "torch" in err
+
+
+def test_missing_model_file_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    missing = tmp_path / "absent.gguf"
+    assert main(["generate", "--prompt", "Hi", "--backend", "torch", "--target", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "no such model" in err and "absent.gguf" in err
+
+
+def test_bad_bench_sizes_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "models", "--prompts", "99"]) == 2
+    assert "--prompts" in capsys.readouterr().err
+    assert main(["bench", "models", "--temperatures", "hot"]) == 2
+    assert "--temperatures" in capsys.readouterr().err
+
+
+def test_prompts_are_mixed_and_tagged() -> None:
+    tags = [tag for tag, _ in _models.PROMPTS]
+    assert len(tags) >= 8 and set(tags) == {"open", "grounded"}
+    assert set(tags[:2]) == {"open", "grounded"}  # --prompts 2 already mixes
+
+
+# --- the real model (SmolLM2-135M; loaded once, modules cached per process) -----------------
+
+@pytest.fixture(scope="module")
+def smol() -> object:
+    pytest.importorskip("transformers")
+    from specsample_backends.torch import loading
+
+    try:
+        loading.default_model_path()
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    return loading.load_target("smollm2")  # warms the module cache that `load` reads
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("smol")
+def test_unknown_drafter_lists_the_known(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["generate", "--prompt", "Hi", "--backend", "torch", "--draft", "bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "'bogus'" in err and "int8" in err and "lookup" in err
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("smol")
+def test_generate_streams_text_and_metrics(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["generate", "--prompt", "Hi", "--max-new-tokens", "8", "--temperature", "0",
+                   "--backend", "torch"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert out.startswith("> Hi\n")
+    for word in ("acceptance rate", "alpha", "tokens/round", "rounds", "tokens/s",
+                 "predicted speedup"):
+        assert word in out
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("smol")
+def test_bench_writes_json_and_pngs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "out" / "bench.json"
+    status = main(["bench", "models", "--backend", "torch", "--prompts", "1", "--max-new-tokens", "8",
+                   "--repeats", "1", "--json", str(path)])
+    assert status == 0
+    payload = json.loads(path.read_text())
+    assert payload["benchmark"] == "models" and payload["settings"]["max_new_tokens"] == 8
+    assert all(run["new_tokens"] == 8 for run in payload["runs"])  # equal work for every method
+    records = {(r["method"], r["temperature"]): r for r in payload["records"]}
+    assert set(records) == {(m, t) for m in ("plain", "specsample", "hf_assisted") for t in (0.0, 0.7)}
+    keys = {"method", "temperature", "k", "draft", "tokens_per_s", "acceptance_rate", "alpha",
+            "mean_tokens_per_round", "c", "predicted_speedup", "achieved_speedup", "efficiency",
+            "ratio_vs_hf", "n_runs", "by_tag", "variant", "variants_tokens_per_s"}
+    for record in records.values():
+        assert keys <= set(record) and record["n_runs"] == 1 and record["tokens_per_s"] > 0
+        assert set(record["by_tag"]) == {"open"}
+    spec = records[("specsample", 0.0)]
+    assert 0 <= spec["alpha"] <= 1 and spec["predicted_speedup"] > 0 and spec["k"] == 4
+    assert records[("plain", 0.0)]["variant"] in {"plain_ours", "plain_hf"}
+    assert set(records[("hf_assisted", 0.7)]["variants_tokens_per_s"]) == {"hf_default", "hf_k4"}
+    assert records[("plain", 0.7)]["achieved_speedup"] == 1.0
+    for name in ("bench_tokens_per_s.png", "bench_accepted.png"):
+        assert (path.parent / name).stat().st_size > 1000
+    assert "specsample" in capsys.readouterr().out
+
+
+def test_metrics_merge_over_runs() -> None:
+    from specsample.metrics import Metrics, tally
+
+    a = tally(Metrics(), k=3, accepted=[1, 3], emitted=[2, 4], active=[True, True], elapsed_s=1.0)
+    b = tally(Metrics(), k=2, accepted=[0], emitted=[1], active=[True], elapsed_s=0.5)
+    total = _models._merge([a.as_dict(), b.as_dict()])
+    assert (total.rounds, total.row_rounds, total.drafted, total.accepted, total.emitted) == (2, 3, 8, 4, 7)
+    assert total.histogram == (1, 1, 0, 1) and total.k_counts == (0, 0, 1, 1)
