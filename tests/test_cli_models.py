@@ -166,3 +166,23 @@ def test_metrics_merge_over_runs() -> None:
     total = _models._merge([a.as_dict(), b.as_dict()])
     assert (total.rounds, total.row_rounds, total.drafted, total.accepted, total.emitted) == (2, 3, 8, 4, 7)
     assert total.histogram == (1, 1, 0, 1) and total.k_counts == (0, 0, 1, 1)
+
+
+def test_check_projects_tokens_onto_the_top_outcomes() -> None:
+    import numpy as np
+
+    from specsample.cli._check import _project, _top_outcomes
+
+    exact = np.array([0.1, 0.5, 0.0, 0.3, 0.1])
+    top, law = _top_outcomes(exact, 3)
+    assert top.tolist() == [1, 3] and np.allclose(law, [0.5, 0.3, 0.2])
+    assert _project(np.array([1, 3, 0, 4, 1]), top).tolist() == [0, 1, 2, 2, 0]
+
+
+def test_check_rejects_bad_arguments(capsys) -> None:  # type: ignore[no-untyped-def]
+    from specsample.cli import main
+
+    assert main(["check", "--n", "10"]) == 2
+    assert "--n: expected >= 100" in capsys.readouterr().err
+    assert main(["check", "--settings", "t9"]) == 2
+    assert "--settings: unknown ['t9']" in capsys.readouterr().err

@@ -67,6 +67,25 @@ def _ids(tokens: np.ndarray) -> np.ndarray:
     return ids
 
 
+def _top_outcomes(exact: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The m - 1 most likely tokens and the law of (those tokens, everything else)."""
+    top = np.argsort(-exact, kind="stable")[: m - 1]
+    law = np.append(exact[top], max(0.0, 1.0 - float(exact[top].sum())))
+    return top, law / law.sum()
+
+
+def _project(tokens: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """Outcome i < len(top) for the i-th top token, len(top) for any other token.
+
+    A fixed function of the token: equal laws stay equal, so the test stays valid, and
+    the number of outcomes (hence the bound) is small.
+    """
+    out = np.full(tokens.shape, len(top), dtype=np.int64)
+    for i, token in enumerate(top):
+        out[tokens == token] = i
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Run every setting; exit status 0 when every test passes."""
     if args.n < 100:
@@ -98,8 +117,10 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
         logits, _ = target.forward(prompt, target.new_cache(1, prompt.shape[1] + 1))
         exact = np.asarray(warp(logits[0, -1].double(), params).cpu())
+        top, expected = _top_outcomes(exact, 8)
         results: dict[str, FitResult | HomogeneityResult] = {
-            "first token, spec vs exact p": goodness_of_fit(spec[:, 0], exact, alpha=args.alpha),
+            "first token, spec vs exact p (top 7 + rest)": goodness_of_fit(
+                _project(spec[:, 0], top), expected, alpha=args.alpha),
             "first token, spec vs plain": homogeneity(spec[:, 0], plain[:, 0], alpha=args.alpha),
             "first 3 tokens, spec vs plain": homogeneity(_ids(spec), _ids(plain), alpha=args.alpha),
         }
