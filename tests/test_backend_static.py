@@ -226,7 +226,9 @@ def test_sync_every_reads_less_often_and_changes_no_token(models, backend) -> No
 
 @pytest.mark.slow
 def test_smollm2_greedy_parity_and_no_recompiles() -> None:
-    """A short check on the real model: greedy tokens equal the eager backend's; no recompiles."""
+    """The real model (30 layers): one layer graph serves every layer, so the cold compile
+    takes a minute or two; greedy tokens equal the eager backend's; no recompiles after warm-up
+    (also across sampling settings and a second prompt length)."""
     from specsample_backends.torch import loading
 
     target = loading.load_target("smollm2")
@@ -236,7 +238,7 @@ def test_smollm2_greedy_parity_and_no_recompiles() -> None:
     run = dict(max_new_tokens=24, k=4, params=SamplingParams(temperature=0))
     got = backend.generate(target, drafter, ids, **run)  # warm-up: compiles
     before = _graphs()
-    again = backend.generate(target, drafter, ids, **{**run, "params": SamplingParams(temperature=0.8,
-                                                                                      top_p=0.9)})
+    again = backend.generate(target, drafter, ids[:, :5], **{**run, "params": SamplingParams(
+        temperature=0.8, top_p=0.9)})
     assert _graphs() == before and again.metrics.rounds > 0
     assert got.new_tokens(0) == generate(target, drafter, ids, **run).new_tokens(0)

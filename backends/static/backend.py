@@ -20,7 +20,7 @@ from .engine import Capture, Engine, EngineOptions, as_policy, static_stack
 __all__ = ["CompileCapture", "StaticBackend", "create_cpu", "engine_options"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
-OPTIONS = ("buckets", "dtype", "sync_every", "ks", "prefill_chunk", "strict")
+OPTIONS = ("buckets", "dtype", "sync_every", "ks", "prefill_chunk", "strict", "pieces", "cpp_wrapper")
 
 
 class CompileCapture:
@@ -30,24 +30,32 @@ class CompileCapture:
         backend: the torch.compile backend ("inductor"; "aot_eager" for fast tests).
         mode: the torch.compile mode (None; "reduce-overhead" gives CUDA graphs).
         strict: run warm steps under `set_stance("fail_on_recompile")`.
+        pieces: compile small pieces (one decoder layer, shared by every layer; the
+            head; warp and verify) and loop in Python, rather than the whole round as
+            one graph (~150 unrolled layers for a 30-layer target: a cold compile of
+            many minutes on CPU).
+        cpp_wrapper: inductor's C++ wrapper (one C++ file per graph). It saves a
+            little per call but makes a cold compile of a big graph far slower.
     """
 
-    def __init__(self, *, backend: str = "inductor", mode: str | None = None, strict: bool = True) -> None:
+    def __init__(self, *, backend: str = "inductor", mode: str | None = None, strict: bool = True,
+                 pieces: bool = True, cpp_wrapper: bool = False) -> None:
         self.backend, self.mode, self.strict = backend, mode, strict
+        self.pieces, self.cpp_wrapper = pieces, cpp_wrapper
 
     def capture(self, module: nn.Module, example: Sequence[Tensor]) -> Callable[..., Any]:
         """The compiled module; its first call compiles (warm-up)."""
-        # cpp_wrapper: one C++ file per graph, so a cold compile runs gcc a few
-        # times instead of once per kernel, and a call skips the Python wrapper.
-        options = {"cpp_wrapper": True} if self.backend == "inductor" and self.mode is None else None
+        inductor = self.backend == "inductor" and self.mode is None
+        options: dict[str, Any] | None = {"cpp_wrapper": True} if inductor and self.cpp_wrapper \
+            else None
         compiled = torch.compile(module, backend=self.backend, mode=self.mode, dynamic=False,
                                  fullgraph=True, options=options)
         calls = [0]
 
-        def run(*args: Tensor) -> Any:
+        def run(*args: Any) -> Any:
             calls[0] += 1
             if calls[0] == 1 or not self.strict:
-                # One code object serves every (bucket, K): raise Dynamo's per-code limit.
+                # One code object serves every (shape, bucket, K): raise Dynamo's per-code limit.
                 with torch._dynamo.config.patch(recompile_limit=256):
                     return compiled(*args)
             with torch.compiler.set_stance("fail_on_recompile"):
@@ -176,11 +184,13 @@ def create_cpu(options: Mapping[str, object]) -> StaticBackend:
 
     Options: buckets (default 256 ... 4096), ks, sync_every, prefill_chunk, dtype
     ("float32", "float64", "bfloat16"), strict (default True: a recompile
-    after warm-up raises).
+    after warm-up raises), pieces (default True: per-layer graphs; False: the
+    whole round as one graph), cpp_wrapper (default False).
     """
-    strict = options.get("strict", True)
-    if not isinstance(strict, bool):
-        raise ValueError(f"strict: expected a bool, got {strict!r}")
+    flags: dict[str, Any] = {name: options.get(name, default) for name, default in
+             (("strict", True), ("pieces", True), ("cpp_wrapper", False))}
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}: expected a bool, got {value!r}")
     return StaticBackend(name="static-cpu", device=torch.device("cpu"), dtype=_dtype(options, "float32"),
-                         capture=CompileCapture(strict=strict),
-                         options=engine_options(options, OPTIONS))
+                         capture=CompileCapture(**flags), options=engine_options(options, OPTIONS))

@@ -28,6 +28,7 @@ from specsample.rng import uniforms as draw_uniforms
 from specsample.round import RoundResult, State
 from specsample.verify import Verdict
 
+from .pieces import DraftSampleStep, EmbedStep, HeadStep, LayerStep, VerifyStep, layer_weights
 from .verify import commit, sample_tensor, verify_tensor
 from .warp import knobs, warp_tensor
 
@@ -38,7 +39,13 @@ KV = tuple[tuple[Tensor, Tensor], ...]  # per layer (K, V), each [B, H_kv, C, hd
 
 
 class Capture(Protocol):
-    """How a step module becomes a replayable graph on a device."""
+    """How a step module becomes a replayable graph on a device.
+
+    A capture whose `pieces` attribute is True (`torch.compile`) gets small
+    pieces (one decoder layer, the head, warp + verify, ...) with the loops over
+    layers and draft steps in Python; otherwise (CUDA graphs, HPU graphs, where
+    recording is cheap) the whole round is one step module.
+    """
 
     def capture(self, module: nn.Module, example: Sequence[Tensor]) -> Callable[..., Any]:
         """A callable equivalent to `module` (compiled, graph-captured, ...)."""
@@ -98,7 +105,7 @@ def _forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, kv: KV) -> Te
     """Logits [B, T, V] (float32 or float64) for tokens [B, T] at positions [B, T]."""
     slots = torch.arange(kv[0][0].shape[2], device=tokens.device)  # [C]
     mask = (slots <= positions[:, :, None])[:, None]  # [B, 1, T, C]
-    logits = llama_forward(stack, tokens, positions, mask, kv)
+    logits: Tensor = llama_forward(stack, tokens, positions, mask, kv)
     return logits if logits.dtype == torch.float64 else logits.float()
 
 
@@ -202,6 +209,91 @@ class RoundStep(nn.Module):
         return verdict, n, emitted, active
 
 
+class Model:
+    """One model's captured pieces for one slot, shared by every call of the same shape.
+
+    Args:
+        engine: the engine (its capture and piece cache).
+        stack: the model's weights.
+        kv: the model's K/V buffers in the slot.
+    """
+
+    def __init__(self, engine: Engine, stack: LlamaStack, kv: KV) -> None:
+        self.engine, self.stack, self.kv = engine, stack, kv
+        self.layers = [(keys, values, layer_weights(layer))
+                       for layer, (keys, values) in zip(stack.layers, kv, strict=True)]
+        head: Any = stack.head
+        self.head_weights = (stack.norm, head.weight, head.bias)
+
+    def hidden(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """Run the layers over tokens/positions [B, T] (K/V written); the last hidden states."""
+        width = int(tokens.shape[1])
+        embed = self.engine.piece("embed", self.stack, width, self.kv)
+        layer = self.engine.piece("layer", self.stack, width, self.kv)
+        x, cos, sin, index, mask = embed(tokens, positions, self.stack.embed, self.kv[0][0])
+        for keys, values, weights in self.layers:
+            x = layer(x, cos, sin, index, mask, keys, values, *weights)
+        return x  # type: ignore[no-any-return]
+
+    def logits(self, tokens: Tensor, positions: Tensor, *, last: bool = False) -> Tensor:
+        """Logits [B, T, V] (float32/float64), or [B, 1, V] of the last position when `last`."""
+        x = self.hidden(tokens, positions)
+        if last:
+            # T = 1 and T = 2 forwards share one head graph: the same strides (also for B = 1).
+            x = x[:, -1:].clone(memory_format=torch.contiguous_format)
+        head = self.engine.piece("head", self.stack, int(x.shape[1]), self.kv)
+        return head(x, *self.head_weights)  # type: ignore[no-any-return]
+
+
+class PiecewiseRound:
+    """`RoundStep` with each piece captured on its own and the loops in Python (same tokens)."""
+
+    def __init__(self, engine: Engine, slot: Slot, k: int) -> None:
+        self.engine, self.slot, self.k = engine, slot, k
+        self.target = Model(engine, engine.target, slot.target_kv)
+        self.draft = Model(engine, engine.draft, slot.draft_kv)
+        self.sample = engine.piece("sample", None, 1, slot.draft_kv)
+        self.verify = engine.piece("verify", None, k + 1, slot.target_kv)
+        self.two = torch.arange(2, device=slot.tokens.device) - 2
+        self.span = torch.arange(k + 1, device=slot.tokens.device) - 1
+
+    def __call__(self, u: Tensor, knob: Tensor, eos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Run the round; returns (verdict tokens [B, K+1], num_accepted, emitted, active [B])."""
+        s, k = self.slot, self.k
+        lengths = s.lengths
+        pos = (lengths[:, None] + self.two).clamp(min=0)  # [B, 2]
+        feed = s.tokens.gather(1, pos)
+        drafted, laws = [], []
+        for i in range(k):
+            logits = self.draft.logits(feed, pos, last=True)[:, 0]  # [B, V]
+            ui = u[:, i].clone(memory_format=torch.contiguous_format)  # one graph for every K
+            x, q = self.sample(logits, knob, ui)
+            drafted.append(x)
+            laws.append(q)
+            feed, pos = x[:, None], (lengths + i)[:, None]
+        tokens = torch.stack(drafted, dim=1)
+        last = s.tokens.gather(1, (lengths - 1)[:, None])  # [B, 1]
+        pos = lengths[:, None] + self.span  # [B, K+1]
+        logits = self.target.logits(torch.cat([last, tokens], dim=1), pos)
+        out: tuple[Tensor, Tensor, Tensor, Tensor] = self.verify(
+            logits, tokens, torch.stack(laws, dim=1), u[:, k:], knob, eos, s.tokens, s.lengths,
+            s.stop, s.done)
+        return out
+
+
+class PiecewisePrefill:
+    """`PrefillStep` with captured layers and the loop in Python."""
+
+    def __init__(self, engine: Engine, slot: Slot) -> None:
+        self.target = Model(engine, engine.target, slot.target_kv)
+        self.draft = Model(engine, engine.draft, slot.draft_kv)
+
+    def __call__(self, chunk: Tensor, positions: Tensor) -> None:
+        """Write both models' K/V of the chunk [B, P] at positions [B, P]."""
+        self.draft.hidden(chunk, positions)
+        self.target.hidden(chunk, positions)
+
+
 class Engine:
     """Speculative rounds over fixed-shape buffers, captured once per (batch, bucket, K).
 
@@ -220,6 +312,26 @@ class Engine:
         self.dtype, self.device, self.capture, self.options = dtype, device, capture, options
         self.vocab = int(target.embed.shape[0])
         self.slots: dict[tuple[int, int], Slot] = {}
+        self.pieces = bool(getattr(capture, "pieces", False))
+        self._modules: dict[tuple[Any, ...], nn.Module] = {}
+        self._captured: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+    def piece(self, kind: str, stack: LlamaStack | None, width: int, kv: KV) -> Callable[..., Any]:
+        """The captured piece `kind` ("embed", "layer", "head", "sample", "verify") for a model's
+        configuration, a width T and a K/V buffer shape; captured on first use, then shared."""
+        config = None if stack is None else (id(stack.rotary), id(stack.act), stack.eps, stack.heads,
+                                             stack.kv_heads, stack.head_dim)
+        key = (kind, config, width, tuple(kv[0][0].shape))
+        if key not in self._captured:
+            if (kind, config) not in self._modules:
+                module: nn.Module
+                if stack is None:
+                    module = DraftSampleStep() if kind == "sample" else VerifyStep()
+                else:
+                    module = {"embed": EmbedStep, "layer": LayerStep, "head": HeadStep}[kind](stack)
+                self._modules[(kind, config)] = module
+            self._captured[key] = self.capture.capture(self._modules[(kind, config)], ())
+        return self._captured[key]
 
     def bucket(self, needed: int) -> int:
         """The smallest bucket capacity >= needed."""
@@ -240,7 +352,7 @@ class Engine:
         """The slot for (batch, capacity), allocated on first use."""
         key = (batch, capacity)
         if key not in self.slots:
-            ints = dict(dtype=torch.int64, device=self.device)
+            ints: dict[str, Any] = dict(dtype=torch.int64, device=self.device)
             with torch.inference_mode(False), torch.no_grad():
                 self.slots[key] = Slot(
                     tokens=torch.zeros(batch, capacity, **ints), lengths=torch.ones(batch, **ints),
@@ -260,8 +372,9 @@ class Engine:
         if k not in slot.rounds:
             slot.uniforms[k] = torch.zeros(slot.tokens.shape[0], 2 * k + 1, dtype=torch.float64,
                                            device=self.device)
-            slot.rounds[k] = self.capture.capture(RoundStep(self, slot, k),
-                                                  (slot.uniforms[k], slot.knob, slot.eos))
+            slot.rounds[k] = (PiecewiseRound(self, slot, k) if self.pieces else
+                              self.capture.capture(RoundStep(self, slot, k),
+                                                   (slot.uniforms[k], slot.knob, slot.eos)))
         return slot.rounds[k]
 
     def pick_k(self, wanted: int) -> int:
@@ -277,7 +390,8 @@ class Engine:
         chunk = min(self.options.prefill_chunk, slot.capacity)
         if slot.prefill is None:
             example = torch.zeros(prompt.shape[0], chunk, dtype=torch.int64, device=self.device)
-            slot.prefill = self.capture.capture(PrefillStep(self, slot), (example, example))
+            slot.prefill = (PiecewisePrefill(self, slot) if self.pieces else
+                            self.capture.capture(PrefillStep(self, slot), (example, example)))
         span = torch.arange(chunk, device=self.device)
         for start in range(0, width, chunk):
             positions = (start + span).clamp(max=slot.capacity - 1).expand(prompt.shape[0], chunk)
