@@ -202,12 +202,30 @@ def test_options_and_drafters_are_checked(models) -> None:  # type: ignore[no-un
         create_cpu({"buckets": [128, 64]})
     with pytest.raises(ValueError, match="sync_every"):
         create_cpu({"sync_every": 0})
-    backend = get_backend("static-cpu", {"buckets": BUCKETS})
+    whole_round = get_backend("static-cpu", {"buckets": BUCKETS, "pieces": False})
     target, _ = models
     from specsample_backends.torch.quantized import int8_draft
 
     with pytest.raises(ValueError, match="int8"):
-        backend.engine(target, ModelDrafter(int8_draft(target.derive())))
+        whole_round.engine(target, ModelDrafter(int8_draft(target.derive())))
+
+
+def test_int8_draft_runs_in_pieces_with_the_eager_tokens() -> None:
+    """Compiled pieces call the eager path's own linears (fbgemm int8, oneDNN-packed float32)
+    through one opaque op: the greedy tokens of the torch backend. (Sampled tokens may differ:
+    fbgemm quantizes activations with a scale from their range, so a last-bit difference in
+    a fused norm moves the draft's q, hence a drafted token under the same uniform.)"""
+    from specsample_backends.torch.quantized import int8_draft
+
+    torch.manual_seed(1)
+    target = HFModel(LlamaForCausalLM(LlamaConfig(**TINY)).eval())  # float32: packed linears
+    drafter = ModelDrafter(int8_draft(target))
+    backend = create_cpu({"buckets": BUCKETS})
+    ids, lengths = _ragged()
+    run = dict(max_new_tokens=12, k=3, seed=5, params=PARAMS[0], prompt_lengths=lengths)
+    want = generate(target, drafter, ids, **run)  # type: ignore[arg-type]
+    got = backend.generate(target, drafter, ids, **run)
+    assert torch.equal(got.sequences, want.sequences)
 
 
 def test_sync_every_reads_less_often_and_changes_no_token(models, backend) -> None:  # type: ignore[no-untyped-def]

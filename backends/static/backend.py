@@ -134,7 +134,9 @@ class StaticBackend:
         """The engine for (target, drafter), built once and kept (its graphs with it)."""
         key = (id(target), id(drafter))
         if key not in self._engines:
-            self._engines[key] = Engine(_stack("target", target), _stack("drafter", drafter.model),
+            pieces = bool(getattr(self.capture, "pieces", False))
+            self._engines[key] = Engine(_stack("target", target, pieces),
+                                        _stack("drafter", drafter.model, pieces),
                                         dtype=target.dtype, device=target.device,
                                         capture=self.capture, options=self.options)
             if self._engines[key].vocab != drafter.model.vocab_size:
@@ -172,11 +174,13 @@ class StaticBackend:
                           prompt_lengths=prompt_lengths, metrics=steps[-1].metrics)
 
 
-def _stack(name: str, model: Any) -> Any:
+def _stack(name: str, model: Any, pieces: bool) -> Any:
+    """The model's stack: as it is for compiled pieces (which call its linears through an
+    opaque op), with plain dense linears for a whole-round capture (which traces them)."""
     if not isinstance(model, HFModel) or model.stack is None:
         raise ValueError(f"{name}: the static engine needs a Llama-architecture HFModel on the fast "
                          f"path, got {type(getattr(model, 'module', model)).__name__}")
-    return static_stack(model.stack)
+    return model.stack if pieces else static_stack(model.stack)
 
 
 def create_cpu(options: Mapping[str, object]) -> StaticBackend:

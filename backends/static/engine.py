@@ -1,7 +1,7 @@
 """The static-shape engine: fixed buffers per bucket, one captured graph per (bucket, K).
 
 Shapes never depend on data: K/V caches are allocated once per (batch,
-capacity bucket) and written by position (`scatter_`), attention is masked by
+capacity bucket) and written by position (`scatter_`, `index_put_`), attention is masked by
 absolute position, the prompt is prefilled in fixed-width chunks, and a round
 (K draft forwards, the target forward, warp, verify, commit) is one function
 of fixed-shape tensors whose inputs are the uniforms and the sampling knobs.
@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
+from specsample_backends.torch import opaque
 from specsample_backends.torch._fast import DenseLinear, LlamaStack, llama_forward
 from torch import Tensor, nn
 
@@ -28,7 +29,15 @@ from specsample.rng import uniforms as draw_uniforms
 from specsample.round import RoundResult, State
 from specsample.verify import Verdict
 
-from .pieces import DraftSampleStep, EmbedStep, HeadStep, LayerStep, VerifyStep, layer_weights
+from .pieces import (
+    DraftSampleStep,
+    EmbedStep,
+    HeadStep,
+    LayerStep,
+    VerifyStep,
+    layer_weights,
+    stack_config,
+)
 from .verify import commit, sample_tensor, verify_tensor
 from .warp import knobs, warp_tensor
 
@@ -222,8 +231,7 @@ class Model:
         self.engine, self.stack, self.kv = engine, stack, kv
         self.layers = [(keys, values, layer_weights(layer))
                        for layer, (keys, values) in zip(stack.layers, kv, strict=True)]
-        head: Any = stack.head
-        self.head_weights = (stack.norm, head.weight, head.bias)
+        self.head_weights = (stack.norm, opaque.key_of(stack.head))  # type: ignore[arg-type]
 
     def hidden(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Run the layers over tokens/positions [B, T] (K/V written); the last hidden states."""
@@ -319,8 +327,7 @@ class Engine:
     def piece(self, kind: str, stack: LlamaStack | None, width: int, kv: KV) -> Callable[..., Any]:
         """The captured piece `kind` ("embed", "layer", "head", "sample", "verify") for a model's
         configuration, a width T and a K/V buffer shape; captured on first use, then shared."""
-        config = None if stack is None else (id(stack.rotary), id(stack.act), stack.eps, stack.heads,
-                                             stack.kv_heads, stack.head_dim)
+        config = None if stack is None else stack_config(stack)
         key = (kind, config, width, tuple(kv[0][0].shape))
         if key not in self._captured:
             if (kind, config) not in self._modules:

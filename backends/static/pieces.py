@@ -4,9 +4,16 @@ A whole round (K draft forwards and the target forward, unrolled) is one
 graph of ~150 Llama layers for a real model: too slow to compile. Instead
 each piece is a small graph whose weights are *inputs*, not constants, so one
 capture of `LayerStep` serves every layer of both models (all layers have the
-same shapes), and the loops over layers and draft steps run in Python:
+same shapes), and the loops over layers and draft steps run in Python.
 
-- `EmbedStep`: embedding, rotary cos/sin, the scatter index and the attention mask;
+The linears enter a graph as keys of `specsample::linear` (see
+`specsample_backends.torch.opaque`): the graph calls the eager path's own
+linear (a oneDNN-packed float32 weight, or fbgemm int8 for the int8 draft),
+and the compiler fuses the norms, rotary embedding and residuals around it.
+K/V are written with `index_put_`, which the compiler does in place (a
+`scatter_` into a graph input made it copy the whole buffer twice per layer).
+
+- `EmbedStep`: embedding, rotary cos/sin, the write positions and the attention mask;
 - `LayerStep`: one decoder layer, writing its K/V in place;
 - `HeadStep`: final norm and output projection (logits in float32 or float64);
 - `DraftSampleStep`: warp and inverse-CDF sampling of one draft token;
@@ -21,32 +28,43 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from specsample_backends.torch import opaque
 from specsample_backends.torch._fast import LlamaLayer, LlamaStack, _rms, _rope
 from torch import Tensor, nn
 
 from .verify import commit, sample_tensor, verify_tensor
 from .warp import warp_tensor
 
-__all__ = ["DraftSampleStep", "EmbedStep", "HeadStep", "LayerStep", "VerifyStep", "layer_weights"]
+__all__ = ["DraftSampleStep", "EmbedStep", "HeadStep", "LayerStep", "VerifyStep", "layer_weights",
+           "stack_config"]
 
 LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
 
 
-def layer_weights(layer: LlamaLayer) -> tuple[Tensor | None, ...]:
-    """A layer's tensors in `LayerStep`'s order: two norms, then (weight, bias) per linear."""
-    out: list[Tensor | None] = [layer.input_norm, layer.post_norm]
-    for name in LINEARS:
-        linear = getattr(layer, name)
-        out += [linear.weight, linear.bias]
-    return tuple(out)
+def layer_weights(layer: LlamaLayer) -> tuple[Tensor, ...]:
+    """A layer's graph inputs in `LayerStep`'s order: two norms, then one key per linear."""
+    return (layer.input_norm, layer.post_norm,
+            *(opaque.key_of(getattr(layer, name)) for name in LINEARS))  # type: ignore[arg-type]
 
 
-def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    return F.linear(x, weight, bias)
+def _out_features(linear: object) -> int:
+    out = getattr(linear, "out_features", None)
+    if not isinstance(out, int):
+        raise ValueError(f"linear: expected a linear with an int out_features (DenseLinear, "
+                         f"Int8Linear), got {type(linear).__name__}")
+    return out
+
+
+def stack_config(stack: LlamaStack) -> tuple[object, ...]:
+    """What a piece's graph depends on besides shapes: two stacks with equal configs share graphs."""
+    layer = stack.layers[0]
+    return (id(stack.rotary), id(stack.act), stack.eps, stack.heads, stack.kv_heads, stack.head_dim,
+            tuple(_out_features(getattr(layer, name)) for name in LINEARS),
+            _out_features(stack.head))
 
 
 class EmbedStep(nn.Module):
-    """tokens, positions [B, T] -> (x [B, T, D], cos, sin [B, 1, T, hd], index, group mask)."""
+    """tokens, positions [B, T] -> (x [B, T, D], cos, sin [B, 1, T, hd], positions, group mask)."""
 
     def __init__(self, stack: LlamaStack) -> None:
         super().__init__()
@@ -62,43 +80,46 @@ class EmbedStep(nn.Module):
         mask = (slots <= positions[:, :, None])[:, None]  # [B, 1, T, C]
         x = F.embedding(tokens, embed)  # [B, T, D]
         cos, sin = self.rotary(x, positions)  # [B, T, hd]
-        index = positions[:, None, :, None].expand(batch, self.kv_heads, width, self.hd)
         group_mask = mask[:, :, None].expand(batch, 1, rep, width, mask.shape[-1]).reshape(
             batch, 1, rep * width, mask.shape[-1])  # [B, 1, rep*T, C]
-        return x, cos[:, None], sin[:, None], index.contiguous(), group_mask.contiguous()
+        return x, cos[:, None], sin[:, None], positions[:, None, :].contiguous(), \
+            group_mask.contiguous()
 
 
 class LayerStep(nn.Module):
-    """One decoder layer: x [B, T, D] -> x, writing K/V at `index` into (keys, values) in place."""
+    """One decoder layer: x [B, T, D] -> x, writing K/V at `positions` into (keys, values) in place."""
 
     def __init__(self, stack: LlamaStack) -> None:
         super().__init__()
         self.eps, self.heads, self.kv_heads, self.hd = stack.eps, stack.heads, stack.kv_heads, \
             stack.head_dim
         self.act: Callable[[Tensor], Tensor] = stack.act
+        self.out = {name: _out_features(getattr(stack.layers[0], name)) for name in LINEARS}
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, index: Tensor, group_mask: Tensor,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor, group_mask: Tensor,
                 keys: Tensor, values: Tensor, input_norm: Tensor, post_norm: Tensor,
-                wq: Tensor, bq: Tensor | None, wk: Tensor, bk: Tensor | None,
-                wv: Tensor, bv: Tensor | None, wo: Tensor, bo: Tensor | None,
-                wg: Tensor, bg: Tensor | None, wu: Tensor, bu: Tensor | None,
-                wd: Tensor, bd: Tensor | None) -> Tensor:
-        """The layer's output [B, T, D]."""
+                q_key: Tensor, k_key: Tensor, v_key: Tensor, o_key: Tensor,
+                gate_key: Tensor, up_key: Tensor, down_key: Tensor) -> Tensor:
+        """The layer's output [B, T, D]; `positions` is [B, 1, T]."""
         batch, width = x.shape[0], x.shape[1]
-        heads, kv_heads, hd = self.heads, self.kv_heads, self.hd
+        heads, kv_heads, hd, out = self.heads, self.kv_heads, self.hd, self.out
         rep = heads // kv_heads
         h = _rms(x, input_norm, self.eps)
-        q = _rope(_linear(h, wq, bq).view(batch, width, heads, hd).transpose(1, 2), cos, sin)
-        k = _rope(_linear(h, wk, bk).view(batch, width, kv_heads, hd).transpose(1, 2), cos, sin)
-        v = _linear(h, wv, bv).view(batch, width, kv_heads, hd).transpose(1, 2)
-        keys.scatter_(2, index, k)
-        values.scatter_(2, index, v)
+        q = opaque.call(h, q_key, out["q"]).view(batch, width, heads, hd).transpose(1, 2)
+        k = opaque.call(h, k_key, out["k"]).view(batch, width, kv_heads, hd).transpose(1, 2)
+        v = opaque.call(h, v_key, out["v"]).view(batch, width, kv_heads, hd).transpose(1, 2)
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        rows = torch.arange(batch, device=x.device)[:, None, None]  # [B, 1, 1]
+        kv_rows = torch.arange(kv_heads, device=x.device)[None, :, None]  # [1, H_kv, 1]
+        keys.index_put_((rows, kv_rows, positions), k)
+        values.index_put_((rows, kv_rows, positions), v)
         q = q.reshape(batch, kv_heads, rep * width, hd)
         a = F.scaled_dot_product_attention(q, keys, values, attn_mask=group_mask)
         a = a.reshape(batch, heads, width, hd).transpose(1, 2).reshape(batch, width, heads * hd)
-        x = x + _linear(a, wo, bo)
+        x = x + opaque.call(a, o_key, out["o"])
         h = _rms(x, post_norm, self.eps)
-        return x + _linear(self.act(_linear(h, wg, bg)) * _linear(h, wu, bu), wd, bd)
+        gated = self.act(opaque.call(h, gate_key, out["gate"])) * opaque.call(h, up_key, out["up"])
+        return x + opaque.call(gated, down_key, out["down"])
 
 
 class HeadStep(nn.Module):
@@ -106,11 +127,11 @@ class HeadStep(nn.Module):
 
     def __init__(self, stack: LlamaStack) -> None:
         super().__init__()
-        self.eps = stack.eps
+        self.eps, self.vocab = stack.eps, _out_features(stack.head)
 
-    def forward(self, x: Tensor, norm: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, norm: Tensor, head_key: Tensor) -> Tensor:
         """The logits."""
-        logits = _linear(_rms(x, norm, self.eps), weight, bias)
+        logits = opaque.call(_rms(x, norm, self.eps), head_key, self.vocab)
         return logits if logits.dtype == torch.float64 else logits.float()
 
 

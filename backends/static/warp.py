@@ -55,6 +55,28 @@ def warp_tensor(logits: Tensor, knob: Tensor) -> Tensor:
     ids = torch.arange(vocab, device=logits.device)
     greedy = (ids == logits.argmax(dim=-1, keepdim=True)).to(logits.dtype)  # [..., V]
     scaled = logits / torch.where(temperature > 0, temperature, torch.ones_like(temperature))
+    if torch.compiler.is_compiling():
+        # One graph, both branches: the sort over V (most of a draft step's sampling
+        # cost) runs only when top-k or top-p is on. Eager and captured-eager callers
+        # (CUDA, HPU graphs) cannot branch on a device value, so they take the sort.
+        filtered = (temperature > 0) & ((knob[1] < vocab) | (top_p < 1))
+        probs = torch.cond(filtered, _top_k_top_p, _softmax, (scaled, knob))
+    else:
+        probs = _top_k_top_p(scaled, knob)
+    floor = min_p * probs.amax(dim=-1, keepdim=True)
+    floored = _renormalise(torch.where(probs >= floor, probs, 0.0))
+    probs = torch.where(min_p > 0, floored, probs)
+    return torch.where(temperature > 0, probs, greedy)
+
+
+def _softmax(scaled: Tensor, knob: Tensor) -> Tensor:
+    """`_top_k_top_p` when neither is on (top_k = V, top_p = 1): the same operations."""
+    return _renormalise(torch.exp(scaled - scaled.amax(dim=-1, keepdim=True)))
+
+
+def _top_k_top_p(scaled: Tensor, knob: Tensor) -> Tensor:
+    """Top-k (ties at the k-th value kept), softmax, then top-p, each selected by its knob."""
+    top_p, vocab = knob[2], scaled.shape[-1]
     ranked, order = scaled.sort(dim=-1, descending=True)  # [..., V]
     rank = (knob[1].long().clamp(1, vocab) - 1).expand(*ranked.shape[:-1], 1)
     kth = ranked.gather(-1, rank)  # [..., 1]: the k-th largest scaled logit
@@ -66,8 +88,4 @@ def warp_tensor(logits: Tensor, knob: Tensor) -> Tensor:
     kept = (before < top_p).sum(dim=-1, keepdim=True)  # >= 1
     threshold = by_rank.gather(-1, kept - 1)
     nucleus = _renormalise(torch.where(probs >= threshold, probs, 0.0))
-    probs = torch.where(top_p < 1, nucleus, probs)
-    floor = min_p * probs.amax(dim=-1, keepdim=True)
-    floored = _renormalise(torch.where(probs >= floor, probs, 0.0))
-    probs = torch.where(min_p > 0, floored, probs)
-    return torch.where(temperature > 0, probs, greedy)
+    return torch.where(top_p < 1, nucleus, probs)

@@ -25,14 +25,20 @@ class DenseLinear:
     """y = x W^T + b, reading W in place; on CPU float32 also a oneDNN-packed copy.
 
     MKL's float32 GEMM is slow for a few rows (M = B*T in 2..16, the verify
-    forward) while oneDNN on a packed weight is not; a single row (M = 1,
-    decode) is a GEMV, where the plain weight is fastest.
+    forward) while oneDNN on a packed weight is not. A single row (M = 1,
+    decode) is a GEMV: the plain weight is as fast or faster for a decoder
+    layer's linears, while for a weight of millions of entries (the output
+    head, V x D) the packed one reads memory about twice as fast.
     """
+
+    BIG = 1 << 22  # entries from which even one row goes through the packed weight
 
     def __init__(self, weight: Tensor, bias: Tensor | None, *, pack: bool = True) -> None:
         self.weight, self.bias = weight, bias  # [N, D], [N]
+        self.out_features = int(weight.shape[0])
         self.packed = (torch.ops.mkldnn._reorder_linear_weight(weight, None)
                        if pack and _packable(weight) else None)
+        self._rows = 1 if weight.numel() >= self.BIG else 2  # fewest rows that use `packed`
 
     @classmethod
     def of(cls, module: nn.Linear, *, pack: bool = True) -> DenseLinear:
@@ -42,7 +48,7 @@ class DenseLinear:
 
     def __call__(self, x: Tensor) -> Tensor:
         """x [B, T, D] -> [B, T, N]."""
-        if self.packed is not None and x.shape[0] * x.shape[1] > 1:
+        if self.packed is not None and x.shape[0] * x.shape[1] >= self._rows:
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 

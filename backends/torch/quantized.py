@@ -27,6 +27,7 @@ class Int8Linear:
 
     def __init__(self, dense: DenseLinear) -> None:
         out_features, in_features = dense.weight.shape
+        self.out_features = int(out_features)
         linear = nn.Linear(in_features, out_features, bias=dense.bias is not None)
         with torch.no_grad():
             linear.weight.copy_(dense.weight.float())

@@ -1,0 +1,85 @@
+"""`specsample::linear`: any of our linears as one opaque op inside a compiled graph.
+
+A compiler traces `F.linear` into its own GEMM call, which on CPU is MKL's
+(slow for a few rows) and knows nothing of a oneDNN-packed weight or of
+fbgemm's int8 kernels. Through this op a compiled graph calls the very linear
+the eager path calls (`DenseLinear`, `Int8Linear`), so both compute the same
+numbers, while the compiler still fuses everything around it.
+
+The graph's input is a key: an int64 [1] tensor naming a live linear. Keys
+are never reused, and a linear's entry dies with it, so a stale key is an
+error, never another layer's weights.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+__all__ = ["OpaqueLinear", "call", "key_of"]
+
+
+class OpaqueLinear(Protocol):
+    """A linear the op can call: x [..., D] -> [..., out_features], a new tensor."""
+
+    out_features: int
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """Apply it."""
+        ...
+
+
+_LIVE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_KEYS: weakref.WeakKeyDictionary[Any, Tensor] = weakref.WeakKeyDictionary()
+_IDS = itertools.count(1)
+
+_LIB = torch.library.Library("specsample", "DEF")
+_LIB.define("linear(Tensor x, Tensor key, int out_features) -> Tensor")
+
+
+def _linear(x: Tensor, key: Tensor, out_features: int) -> Tensor:
+    ident = int(key)
+    linear = _LIVE.get(ident)
+    if linear is None:
+        raise RuntimeError(f"key: no live linear has id {ident} (the model it belonged to was "
+                           f"freed); rebuild the graph's inputs with key_of()")
+    y: Tensor = linear(x)
+    if y.shape[-1] != out_features:
+        raise RuntimeError(f"out_features: the graph expects {out_features}, linear {ident} gives "
+                           f"{y.shape[-1]}")
+    return y
+
+
+def _fake(x: Tensor, key: Tensor, out_features: int) -> Tensor:
+    return x.new_empty((*x.shape[:-1], out_features))
+
+
+_LIB.impl("linear", _linear, "CompositeExplicitAutograd")
+torch.library.register_fake("specsample::linear", _fake, lib=_LIB)
+
+
+def key_of(linear: OpaqueLinear) -> Tensor:
+    """The key (int64 [1], on CPU) that names `linear` to the op; the same tensor every call.
+
+    Raises:
+        TypeError: `linear` has no int `out_features` or is not callable.
+    """
+    if not callable(linear) or not isinstance(getattr(linear, "out_features", None), int):
+        raise TypeError(f"linear: expected a callable with an int out_features, got "
+                        f"{type(linear).__name__}")
+    key = _KEYS.get(linear)
+    if key is None:
+        ident = next(_IDS)
+        _LIVE[ident] = linear
+        key = _KEYS[linear] = torch.tensor([ident], dtype=torch.int64)
+    return key
+
+
+def call(x: Tensor, key: Tensor, out_features: int) -> Tensor:
+    """`linear(x)` for the linear `key` names, as one op a compiler does not look into."""
+    out: Tensor = torch.ops.specsample.linear.default(x, key, out_features)
+    return out
