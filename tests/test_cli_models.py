@@ -154,6 +154,26 @@ def test_bench_writes_json_and_pngs(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "specsample" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("smol")
+def test_bench_versus_another_backend_without_hf(tmp_path: Path) -> None:
+    """--versus adds specsample on a second backend (same models and prompts), rated against it;
+    --skip-hf leaves transformers out."""
+    path = tmp_path / "versus.json"
+    status = main(["bench", "models", "--backend", "torch", "--versus", "torch", "--skip-hf",
+                   "--draft", "lookup", "--prompts", "2", "--max-new-tokens", "6", "--repeats", "1",
+                   "--temperatures", "0", "--json", str(path)])
+    assert status == 0
+    payload = json.loads(path.read_text())
+    records = {r["method"]: r for r in payload["records"]}
+    assert set(records) == {"plain", "specsample", "specsample@torch"}
+    assert payload["settings"]["versus"] == "torch"
+    assert records["specsample@torch"]["ratio_vs_versus"] == 1.0
+    assert records["specsample"]["ratio_vs_versus"] > 0 and records["specsample"]["ratio_vs_hf"] is None
+    assert records["specsample@torch"]["acceptance_rate"] is not None
+    assert not any(run["family"] == "hf_assisted" for run in payload["runs"])
+
+
 def test_metrics_merge_over_runs() -> None:
     from specsample.metrics import Metrics, tally
 

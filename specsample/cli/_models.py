@@ -405,6 +405,11 @@ def add_bench_options(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated settings (models; 0 = greedy)")
     parser.add_argument("--prompts", type=int, default=None,
                         help=f"use the first N built-in prompts (models; default all {len(PROMPTS)})")
+    parser.add_argument("--versus", default=None, metavar="BACKEND",
+                        help="also run specsample on this backend (e.g. torch, to rate static-cpu "
+                             "against eager): record 'specsample@BACKEND' and ratio_vs_versus")
+    parser.add_argument("--skip-hf", action="store_true",
+                        help="leave out transformers' plain and assisted generation")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -439,12 +444,25 @@ def _ours(loaded: Loaded, max_new: int, *,
     return run
 
 
-def _methods(loaded: Loaded, draft: str, max_new: int) -> list[_Method]:
+def _versus(loaded: Loaded, name: str, target: str, draft: str) -> Loaded:
+    """The same models, config and tokenizer on another backend."""
+    backend = get_backend(name, {k: v for k, v in backend_options(loaded.config).items()
+                                 if k in ("device", "dtype")})
+    other = backend.load_target(target)
+    return loaded._replace(config=dataclasses.replace(loaded.config, backend=name), backend=backend,
+                           target=other, drafter=backend.load_drafter(draft, other))
+
+
+def _methods(loaded: Loaded, draft: str, max_new: int, *, versus: Loaded | None = None,
+             hf: bool = True) -> list[_Method]:
     k = loaded.config.k
     methods = [_Method(family="plain", name="plain_ours", k=None, run=_ours(loaded, max_new, plain=True)),
                _Method(family="specsample", name="specsample", k=k,
                        run=_ours(loaded, max_new, plain=False))]
-    module = _hf_module(loaded.target)
+    if versus is not None:
+        name = f"specsample@{versus.config.backend}"
+        methods.append(_Method(family=name, name=name, k=k, run=_ours(versus, max_new, plain=False)))
+    module = _hf_module(loaded.target) if hf else None
     if module is None:
         return methods
     eos = loaded.tokenizer.eos_token_id
@@ -469,8 +487,20 @@ def _rotated(items: list[_Method], shift: int) -> list[_Method]:
 
 def _run_all(config: Config, methods: list[_Method], prompts: Sequence[tuple[str, list[int]]],
              temperatures: Sequence[float], repeats: int) -> list[dict[str, Any]]:
-    """Every (repeat, setting, prompt, method) once; method order rotated per repetition."""
+    """Every (repeat, setting, prompt, method) once; method order rotated per repetition.
+
+    Each method first runs untimed on the shortest and the longest prompt (at the
+    first setting: sampling knobs are graph inputs), so one-off
+    costs (a static backend's graph compilation for each cache bucket, allocator
+    growth) stay out of the timed runs.
+    """
     runs: list[dict[str, Any]] = []
+    by_length = sorted(prompts, key=lambda p: len(p[1]))
+    warm = [by_length[0], by_length[-1]] if len(by_length) > 1 else by_length
+    params = dataclasses.replace(config.params(), temperature=temperatures[0])
+    for method in tqdm(methods, desc="warm-up", unit="method"):
+        for _, ids in warm:
+            method.run(ids, params, config.seed)
     bar = tqdm(total=repeats * len(temperatures) * len(prompts) * len(methods), desc="bench",
                unit="run")
     for rep in range(repeats):
@@ -538,7 +568,7 @@ def _record(family: str, temperature: float, runs: list[dict[str, Any]], *, draf
                         for tag in dict.fromkeys(r["tag"] for r in chosen)}
     for tag, entry in record["by_tag"].items():
         entry["achieved_speedup"] = entry["tokens_per_s"] / plain[tag]
-    if family == "specsample":
+    if family.startswith("specsample"):
         _add_acceptance(record, chosen, c)
     return record
 
@@ -576,10 +606,13 @@ def summarise(runs: list[dict[str, Any]], *, draft: str, c: float) -> list[dict[
                  **{t: _median([r for r in fastest if r["tag"] == t]) for t in {r["tag"] for r in at}}}
         group = {f: _record(f, temperature, [r for r in at if r["family"] == f], draft=draft, c=c,
                             plain=plain)
-                 for f in ("plain", "specsample", "hf_assisted") if any(r["family"] == f for r in at)}
+                 for f in dict.fromkeys(r["family"] for r in at)}
         hf = group.get("hf_assisted")
+        versus = next((group[f] for f in group if f.startswith("specsample@")), None)
         for record in group.values():
             record["ratio_vs_hf"] = None if hf is None else record["tokens_per_s"] / hf["tokens_per_s"]
+            record["ratio_vs_versus"] = None if versus is None else \
+                record["tokens_per_s"] / versus["tokens_per_s"]
             record.setdefault("efficiency", None)
         records += group.values()
     return records
@@ -636,13 +669,15 @@ def _fmt(value: Any, width: int, spec: str) -> str:
 
 
 def _table(records: Sequence[Mapping[str, Any]]) -> None:
-    print(f"{'method':<12}{'T':>5}{'k':>11}{'tok/s':>8}{'speedup':>9}{'pred':>7}{'eff':>6}"
-          f"{'alpha':>7}{'vs HF':>7}  variant")
+    versus = any(r.get("ratio_vs_versus") is not None for r in records)
+    print(f"{'method':<18}{'T':>5}{'k':>11}{'tok/s':>8}{'speedup':>9}{'pred':>7}{'eff':>6}"
+          f"{'alpha':>7}{'vs HF':>7}" + (f"{'vs @':>7}" if versus else "") + "  variant")
     for r in records:
-        print(f"{r['method']:<12}{r['temperature']:>5g}{r['k']!s:>11}{r['tokens_per_s']:>8.1f}"
+        print(f"{r['method']:<18}{r['temperature']:>5g}{r['k']!s:>11}{r['tokens_per_s']:>8.1f}"
               f"{r['achieved_speedup']:>8.2f}x{_fmt(r['predicted_speedup'], 7, '.2f')}"
               f"{_fmt(r['efficiency'], 6, '.2f')}{_fmt(r['alpha'], 7, '.3f')}"
-              f"{_fmt(r['ratio_vs_hf'], 7, '.2f')}  {r['variant']}")
+              f"{_fmt(r['ratio_vs_hf'], 7, '.2f')}"
+              + (_fmt(r.get("ratio_vs_versus"), 7, ".2f") if versus else "") + f"  {r['variant']}")
 
 
 def _temperatures(text: str) -> list[float]:
@@ -683,13 +718,17 @@ def bench(args: argparse.Namespace, loaded: Loaded | None = None) -> int:
     if config.k == "adaptive" and "cost_ratio" not in config.options:
         loaded = loaded._replace(config=dataclasses.replace(
             config, options={**config.options, "cost_ratio": c}))
-    methods = _methods(loaded, args.draft, max_new)
+    versus = None if getattr(args, "versus", None) is None else \
+        _versus(loaded, args.versus, args.target, args.draft)
+    methods = _methods(loaded, args.draft, max_new, versus=versus,
+                       hf=not getattr(args, "skip_hf", False))
     runs = _run_all(loaded.config, methods, prompts, temperatures, repeats)
     records = summarise(runs, draft=args.draft, c=c)
     settings = {"backend": config.backend, "options": dict(loaded.config.options),
                 "target": args.target, "draft": args.draft, "k": config.k, "c": c,
                 "max_new_tokens": max_new, "repeats": repeats, "prompts": count,
-                "temperatures": temperatures, "top_k": config.top_k, "top_p": config.top_p,
+                "temperatures": temperatures, "versus": getattr(args, "versus", None),
+                "top_k": config.top_k, "top_p": config.top_p,
                 "min_p": config.min_p, "seed": config.seed, "methods": [m.name for m in methods]}
     _write(path, settings, records, runs)
     _table(records)
