@@ -174,6 +174,29 @@ def test_bench_versus_another_backend_without_hf(tmp_path: Path) -> None:
     assert not any(run["family"] == "hf_assisted" for run in payload["runs"])
 
 
+def test_greedy_prompts_are_many_and_distinct() -> None:
+    from specsample.cli._measure import greedy_prompts
+
+    prompts = greedy_prompts()
+    assert len(prompts) >= 20 and len(set(prompts)) == len(prompts)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("smol")
+def test_bench_greedy_compares_token_for_token(tmp_path: Path) -> None:
+    path = tmp_path / "greedy.json"
+    status = main(["bench", "greedy", "--draft", "lookup", "--prompts", "3", "--max-new-tokens", "8",
+                   "--json", str(path)])
+    payload = json.loads(path.read_text())
+    assert payload["benchmark"] == "greedy" and len(payload["records"]) == 3
+    assert payload["equal"] + payload["near_ties"] + payload["other"] == 3
+    assert status == (0 if payload["other"] == 0 else 1)
+    for record in payload["records"]:
+        assert record["tokens"] == 8
+        assert record["equal"] == (record["first_difference"] is None)
+    assert main(["bench", "greedy", "--prompts", "99"]) == 2
+
+
 def test_metrics_merge_over_runs() -> None:
     from specsample.metrics import Metrics, tally
 

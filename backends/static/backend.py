@@ -118,7 +118,7 @@ class StaticBackend:
         return loading.load_target(spec, dtype=self.dtype, device=str(self.device))
 
     def load_drafter(self, name: str, target: HFModel) -> ModelDrafter:
-        """A model drafter: "early-exit:N" or a draft model spec (dense Llama layers)."""
+        """A model drafter: "early-exit:N", "int8" (compiled pieces only) or a draft model spec."""
         drafter = loading.load_drafter(name, target)
         if not isinstance(drafter, ModelDrafter):
             raise ValueError(f"name: the static engine needs a draft model ('early-exit:N' or a model "

@@ -238,9 +238,9 @@ class Model:
         width = int(tokens.shape[1])
         embed = self.engine.piece("embed", self.stack, width, self.kv)
         layer = self.engine.piece("layer", self.stack, width, self.kv)
-        x, cos, sin, index, mask = embed(tokens, positions, self.stack.embed, self.kv[0][0])
+        x, cos, sin, where, mask = embed(tokens, positions, self.stack.embed, self.kv[0][0])
         for keys, values, weights in self.layers:
-            x = layer(x, cos, sin, index, mask, keys, values, *weights)
+            x = layer(x, cos, sin, where, mask, keys, values, *weights)
         return x  # type: ignore[no-any-return]
 
     def logits(self, tokens: Tensor, positions: Tensor, *, last: bool = False) -> Tensor:

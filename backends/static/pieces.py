@@ -50,7 +50,7 @@ def layer_weights(layer: LlamaLayer) -> tuple[Tensor, ...]:
 def _out_features(linear: object) -> int:
     out = getattr(linear, "out_features", None)
     if not isinstance(out, int):
-        raise ValueError(f"linear: expected a linear with an int out_features (DenseLinear, "
+        raise TypeError(f"linear: expected a linear with an int out_features (DenseLinear, "
                          f"Int8Linear), got {type(linear).__name__}")
     return out
 

@@ -41,7 +41,21 @@ _LIB = torch.library.Library("specsample", "DEF")
 _LIB.define("linear(Tensor x, Tensor key, int out_features) -> Tensor")
 
 
+def _check_key(key: object) -> None:
+    if not isinstance(key, Tensor) or key.dtype != torch.int64 or key.shape != (1,) or \
+            key.device.type != "cpu":
+        got = (f"{key.dtype} {tuple(key.shape)} on {key.device}" if isinstance(key, Tensor)
+               else type(key).__name__)
+        raise TypeError(f"key: expected an int64 [1] CPU tensor from key_of(), got {got}")
+
+
+def _check_out(out_features: object) -> None:
+    if isinstance(out_features, bool) or not isinstance(out_features, int) or out_features < 1:
+        raise ValueError(f"out_features: expected an int >= 1, got {out_features!r}")
+
+
 def _linear(x: Tensor, key: Tensor, out_features: int) -> Tensor:
+    _check_key(key)
     ident = int(key)
     linear = _LIVE.get(ident)
     if linear is None:
@@ -71,15 +85,22 @@ def key_of(linear: OpaqueLinear) -> Tensor:
     if not callable(linear) or not isinstance(getattr(linear, "out_features", None), int):
         raise TypeError(f"linear: expected a callable with an int out_features, got "
                         f"{type(linear).__name__}")
-    key = _KEYS.get(linear)
+    try:
+        key = _KEYS.get(linear)
+    except TypeError as err:  # not weak-referenceable or not hashable
+        raise TypeError(f"linear: expected a hashable, weak-referenceable object, got "
+                        f"{type(linear).__name__}") from err
     if key is None:
         ident = next(_IDS)
         _LIVE[ident] = linear
-        key = _KEYS[linear] = torch.tensor([ident], dtype=torch.int64)
+        with torch.inference_mode(False):  # a graph input made in inference mode is another guard
+            key = _KEYS[linear] = torch.tensor([ident], dtype=torch.int64)
     return key
 
 
 def call(x: Tensor, key: Tensor, out_features: int) -> Tensor:
     """`linear(x)` for the linear `key` names, as one op a compiler does not look into."""
+    _check_key(key)
+    _check_out(out_features)
     out: Tensor = torch.ops.specsample.linear.default(x, key, out_features)
     return out

@@ -16,9 +16,11 @@ from specsample.benchcore import bench_verify
 def add_parser(sub: Any) -> None:
     """Register the `bench` subcommand."""
     parser = sub.add_parser("bench", help="benchmarks (JSON results)")
-    parser.add_argument("what", nargs="?", default="models", choices=["models", "core", "batch", "memory"],
+    parser.add_argument("what", nargs="?", default="models",
+                        choices=["models", "core", "batch", "memory", "greedy"],
                         help="'models': end-to-end against peers (default); 'core': verify alone; "
-                             "'batch': 8 ragged rows vs batch 1 (greedy); 'memory': a long generation")
+                             "'batch': 8 ragged rows vs batch 1 (greedy); 'memory': a long "
+                             "generation; 'greedy': speculative vs plain greedy on 22 prompts")
     parser.add_argument("--json", type=Path, default=None, help="write the records here")
     parser.add_argument("--repeats", type=int, default=None,
                         help="repetitions (default: 30 for core, 3 for models)")
@@ -37,12 +39,15 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the chosen benchmark and write JSON."""
-    if args.what in ("models", "batch", "memory"):
+    if args.what in ("models", "batch", "memory", "greedy"):
         from specsample.cli import _measure, _models
 
         if args.what == "models":
             return int(_models.bench(args))
-        measure = _measure.batch if args.what == "batch" else _measure.memory
+        if args.what == "greedy":
+            _measure.greedy_sizes(args)  # bad sizes fail before the models load
+        measure = {"batch": _measure.batch, "memory": _measure.memory,
+                   "greedy": _measure.greedy}[args.what]
         return measure(args, _models.load(args))
     repeats = 30 if args.repeats is None else args.repeats
     if repeats < 1:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from specsample.cli._models import add_model_options, load
+from specsample.cli._models import _runner, add_model_options, load
 from specsample.generate import generate, generate_plain
 from specsample.params import SamplingParams
 from specsample.testing import (
@@ -98,8 +98,14 @@ def run(args: argparse.Namespace) -> int:
     prompt = backend.asarray([tokenizer(args.prompt)["input_ids"]])
     rows = backend.asarray(np.zeros((min(args.rows, args.n), 1), dtype=np.int64)) + prompt
     verifier = verify if args.broken is None else broken.VERIFIERS[args.broken]
+    spec_run = _runner(backend, "generate", generate)  # the backend's own engine when it has one
+    core_round = spec_run is generate
+    if not core_round and args.broken is not None:
+        raise ValueError(f"--broken: backend {config.backend!r} runs its own verify step; swap the "
+                         f"core's rule on a backend that runs the core round (torch, reference)")
     print(f"check: target {args.target}, draft {args.draft}, backend {config.backend}, K={config.k}, "
-          f"prompt {args.prompt!r}, n={args.n} per method, alpha={args.alpha}"
+          f"{'core round' if core_round else 'the backend engine'}, prompt {args.prompt!r}, "
+          f"n={args.n} per method, alpha={args.alpha}"
           + (f", BROKEN verifier {args.broken!r}" if args.broken else ""))
     print(f"  two-sample sizes for TV 0.02 at error rates {args.alpha}: "
           f"{samples_needed_two_sample(0.02, m=8, alpha=args.alpha, beta=args.alpha):,} per method "
@@ -109,9 +115,9 @@ def run(args: argparse.Namespace) -> int:
         params = dataclasses.replace(SETTINGS[name])
         bar = tqdm(total=2 * args.n, desc=f"{name}: sampling", unit="seq")
         began = time.perf_counter()
-        spec = _draw(generate, args.n, len(rows), bar, target=target, drafter=drafter, input_ids=rows,
-                     max_new_tokens=3, params=params, k=config.policy(), seed=config.seed,
-                     verifier=verifier)
+        spec = _draw(spec_run, args.n, len(rows), bar, target=target, drafter=drafter,
+                     input_ids=rows, max_new_tokens=3, params=params, k=config.policy(),
+                     seed=config.seed, **({"verifier": verifier} if core_round else {}))
         plain = _draw(generate_plain, args.n, len(rows), bar, target=target, input_ids=rows,
                       max_new_tokens=3, params=params, seed=config.seed + 10**6)
         bar.close()

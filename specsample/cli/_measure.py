@@ -1,4 +1,5 @@
-"""`specsample bench batch|memory`: ragged batches against batch 1, and memory over long runs."""
+"""`specsample bench batch|memory|greedy`: ragged batches against batch 1, memory over long runs,
+and greedy speculative decoding against plain greedy decoding, token for token."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from tqdm import tqdm
 
 from specsample.cli._bench import machine, write_json
-from specsample.generate import generate, iterate
+from specsample.generate import generate, generate_plain, iterate
 from specsample.params import SamplingParams
 
 BATCH_PROMPTS = [
@@ -108,3 +109,92 @@ def memory(args: argparse.Namespace, loaded: tuple[Any, ...]) -> int:
     return 0 if growth < 64 else 1
 
 
+
+
+GREEDY_EXTRA = [
+    "Describe the water cycle in four sentences.",
+    "Write a limerick about a cat who loves cheese.",
+    "Convert this list to JSON: name Alice, age 30, city Paris.",
+    "Explain recursion to a beginner programmer, with a short Python example.",
+    "What should I pack for a weekend hiking trip?",
+]
+TIE_GAP = 1e-3  # logits: a first difference where the plain top-2 gap is below this is a near-tie
+
+
+def greedy_prompts() -> list[str]:
+    """The bench's prompts, the batch prompts and a few more: 22 distinct user messages."""
+    from specsample.cli._models import PROMPTS
+
+    return list(dict.fromkeys([text for _, text in PROMPTS] + BATCH_PROMPTS + GREEDY_EXTRA))
+
+
+def greedy_sizes(args: argparse.Namespace) -> tuple[int, int]:
+    """(prompts, max new tokens) of `bench greedy`, checked (before any model loads)."""
+    every = len(greedy_prompts())
+    count = every if args.prompts is None else args.prompts
+    n = 48 if args.max_new_tokens is None else args.max_new_tokens
+    if not 1 <= count <= every:
+        raise ValueError(f"--prompts: expected 1 to {every}, got {count}")
+    if n < 1:
+        raise ValueError(f"--max-new-tokens: expected >= 1, got {n}")
+    return count, n
+
+
+def _gap(target: Any, backend: Any, ids: list[int]) -> tuple[float, int, int]:
+    """(top-1 minus top-2 logit, top-1 id, top-2 id) of the target's next token after `ids`."""
+    prompt = backend.asarray([ids])
+    logits, _ = target.forward(prompt, target.new_cache(1, len(ids) + 1))
+    top = logits[0, -1].double().topk(2)
+    values, tokens = top.values.tolist(), top.indices.tolist()
+    return values[0] - values[1], int(tokens[0]), int(tokens[1])
+
+
+def greedy(args: argparse.Namespace, loaded: tuple[Any, ...]) -> int:
+    """Greedy speculative vs plain greedy decoding on 22 prompts; a difference must be a near-tie.
+
+    Speculative verification scores K+1 positions in one forward while plain decoding
+    scores one: float32 sums in another order, so where the target's two best logits
+    are within rounding of each other the argmax may flip. Each first difference is
+    reported with the plain forward's top-2 gap and counted as a near-tie when the
+    gap is below `TIE_GAP`; any other difference fails the command.
+    """
+    from specsample.cli._models import _runner
+
+    config, backend, target, drafter, tokenizer = loaded
+    count, n = greedy_sizes(args)
+    prompts = greedy_prompts()[:count]
+    greedy_params = SamplingParams(temperature=0)
+    spec_run = _runner(backend, "generate", generate)
+    records = []
+    for text in tqdm(prompts, desc=f"greedy, {args.draft}", unit="prompt"):
+        ids = _chat(tokenizer, text)
+        prompt = backend.asarray([ids])
+        plain = generate_plain(target, prompt, max_new_tokens=n, params=greedy_params,
+                               seed=config.seed).new_tokens(0)
+        spec = spec_run(target, drafter, prompt, max_new_tokens=n, params=greedy_params,
+                        k=config.policy(), seed=config.seed, eos_token_id=None).new_tokens(0)
+        first = next((i for i, (a, b) in enumerate(zip(plain, spec, strict=False)) if a != b),
+                     None if len(plain) == len(spec) else min(len(plain), len(spec)))
+        record: dict[str, Any] = {"prompt": text[:60], "tokens": len(plain), "equal": first is None,
+                                  "first_difference": first}
+        if first is not None:
+            gap, best, second = _gap(target, backend, ids + plain[:first])
+            record.update(top2_gap=gap, plain_token=plain[first] if first < len(plain) else None,
+                          spec_token=spec[first] if first < len(spec) else None,
+                          top2=[best, second], near_tie=gap < TIE_GAP)
+        records.append(record)
+    equal = sum(r["equal"] for r in records)
+    ties = sum(bool(r.get("near_tie")) for r in records)
+    other = len(records) - equal - ties
+    print(f"greedy, draft {args.draft}, K={config.k}, {n} tokens: {equal}/{len(records)} prompts "
+          f"equal token for token; {ties} near-tie differences (top-2 gap < {TIE_GAP}); "
+          f"{other} other differences")
+    for r in records:
+        if not r["equal"]:
+            print(f"  at token {r['first_difference']}: plain {r['plain_token']} vs spec "
+                  f"{r['spec_token']}, top-2 gap {r['top2_gap']:.2e}: {r['prompt']!r}")
+    write_json(args.json, {"benchmark": "greedy", "machine": machine(), "draft": args.draft,
+                           "k": config.k, "backend": config.backend, "max_new_tokens": n,
+                           "tie_gap": TIE_GAP, "equal": equal, "near_ties": ties, "other": other,
+                           "records": records})
+    return 0 if other == 0 else 1

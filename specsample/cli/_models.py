@@ -404,7 +404,8 @@ def add_bench_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperatures", default="0,0.7",
                         help="comma-separated settings (models; 0 = greedy)")
     parser.add_argument("--prompts", type=int, default=None,
-                        help=f"use the first N built-in prompts (models; default all {len(PROMPTS)})")
+                        help=f"use the first N built-in prompts (models: default all {len(PROMPTS)}; "
+                             "greedy: default all 22)")
     parser.add_argument("--versus", default=None, metavar="BACKEND",
                         help="also run specsample on this backend (e.g. torch, to rate static-cpu "
                              "against eager): record 'specsample@BACKEND' and ratio_vs_versus")
@@ -454,7 +455,7 @@ def _versus(loaded: Loaded, name: str, target: str, draft: str) -> Loaded:
 
 
 def _methods(loaded: Loaded, draft: str, max_new: int, *, versus: Loaded | None = None,
-             hf: bool = True) -> list[_Method]:
+             with_hf: bool = True) -> list[_Method]:
     k = loaded.config.k
     methods = [_Method(family="plain", name="plain_ours", k=None, run=_ours(loaded, max_new, plain=True)),
                _Method(family="specsample", name="specsample", k=k,
@@ -462,7 +463,7 @@ def _methods(loaded: Loaded, draft: str, max_new: int, *, versus: Loaded | None 
     if versus is not None:
         name = f"specsample@{versus.config.backend}"
         methods.append(_Method(family=name, name=name, k=k, run=_ours(versus, max_new, plain=False)))
-    module = _hf_module(loaded.target) if hf else None
+    module = _hf_module(loaded.target) if with_hf else None
     if module is None:
         return methods
     eos = loaded.tokenizer.eos_token_id
@@ -490,9 +491,10 @@ def _run_all(config: Config, methods: list[_Method], prompts: Sequence[tuple[str
     """Every (repeat, setting, prompt, method) once; method order rotated per repetition.
 
     Each method first runs untimed on the shortest and the longest prompt (at the
-    first setting: sampling knobs are graph inputs), so one-off
-    costs (a static backend's graph compilation for each cache bucket, allocator
-    growth) stay out of the timed runs.
+    first setting: sampling knobs are graph inputs), so most one-off costs (a static
+    backend's graphs for the smallest and largest bucket these prompts need, allocator
+    growth) stay out of the timed runs. A bucket between the two, or a K an adaptive
+    policy picks only later, still compiles inside a timed run.
     """
     runs: list[dict[str, Any]] = []
     by_length = sorted(prompts, key=lambda p: len(p[1]))
@@ -721,7 +723,7 @@ def bench(args: argparse.Namespace, loaded: Loaded | None = None) -> int:
     versus = None if getattr(args, "versus", None) is None else \
         _versus(loaded, args.versus, args.target, args.draft)
     methods = _methods(loaded, args.draft, max_new, versus=versus,
-                       hf=not getattr(args, "skip_hf", False))
+                       with_hf=not getattr(args, "skip_hf", False))
     runs = _run_all(loaded.config, methods, prompts, temperatures, repeats)
     records = summarise(runs, draft=args.draft, c=c)
     settings = {"backend": config.backend, "options": dict(loaded.config.options),
