@@ -131,6 +131,10 @@ def run(args: argparse.Namespace) -> int:
             "first 3 tokens, spec vs plain": homogeneity(_ids(spec), _ids(plain), alpha=args.alpha),
         }
         print(f"{name} ({time.perf_counter() - began:.0f} s):")
+        if float(exact.max()) > 1 - 1e-9:
+            print(f"  note: under {name} the first token after {args.prompt!r} is certain "
+                  f"({tokenizer.decode([int(exact.argmax())])!r}): the first-token tests say "
+                  f"nothing here; the 3-token test does (or choose another --prompt)")
         for label, result in results.items():
             ok &= result.passed
             print(f"  {label}: {result}")

@@ -50,7 +50,9 @@ def batch(args: argparse.Namespace, loaded: tuple[Any, ...]) -> int:
     ids = backend.asarray([p + [0] * (width - len(p)) for p in prompts])
     lengths = backend.asarray([len(p) for p in prompts])
     greedy = SamplingParams(temperature=0)
-    n = args.max_new_tokens
+    n = 64 if args.max_new_tokens is None else args.max_new_tokens
+    if n < 1:
+        raise ValueError(f"--max-new-tokens: expected >= 1, got {n}")
     kw: dict[str, Any] = {"max_new_tokens": n, "params": greedy, "k": config.policy(), "seed": config.seed}
     generate(target, drafter, ids[:1, : len(prompts[0])], **{**kw, "max_new_tokens": 4})  # warm-up
     bar = tqdm(total=len(prompts) + 1, desc="batch vs batch 1")
@@ -82,7 +84,9 @@ def batch(args: argparse.Namespace, loaded: tuple[Any, ...]) -> int:
 def memory(args: argparse.Namespace, loaded: tuple[Any, ...]) -> int:
     """A long generation: resident memory sampled every few rounds stays flat once caches exist."""
     config, backend, target, drafter, tokenizer = loaded
-    n = args.max_new_tokens
+    n = 4000 if args.max_new_tokens is None else args.max_new_tokens
+    if n < 1:
+        raise ValueError(f"--max-new-tokens: expected >= 1, got {n}")
     prompt = backend.asarray([_chat(tokenizer, "Tell me a very long story about a lighthouse keeper.")])
     samples: list[tuple[int, float]] = []
     bar = tqdm(total=n, desc="long generation", unit="tok")

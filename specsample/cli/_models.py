@@ -486,9 +486,23 @@ def _rotated(items: list[_Method], shift: int) -> list[_Method]:
     return items[shift:] + items[:shift]
 
 
+def compiled_graphs() -> int | None:
+    """Graphs torch.compile has produced in this process (None when torch is not loaded)."""
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        return None
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def _run_all(config: Config, methods: list[_Method], prompts: Sequence[tuple[str, list[int]]],
-             temperatures: Sequence[float], repeats: int) -> list[dict[str, Any]]:
+             temperatures: Sequence[float], repeats: int,
+             graphs: list[int | None]) -> list[dict[str, Any]]:
     """Every (repeat, setting, prompt, method) once; method order rotated per repetition.
+
+    `graphs` receives the compiled-graph count after warm-up.
 
     Each method first runs untimed on the shortest and the longest prompt (at the
     first setting: sampling knobs are graph inputs), so most one-off costs (a static
@@ -503,6 +517,7 @@ def _run_all(config: Config, methods: list[_Method], prompts: Sequence[tuple[str
     for method in tqdm(methods, desc="warm-up", unit="method"):
         for _, ids in warm:
             method.run(ids, params, config.seed)
+    graphs.append(compiled_graphs())
     bar = tqdm(total=repeats * len(temperatures) * len(prompts) * len(methods), desc="bench",
                unit="run")
     for rep in range(repeats):
@@ -724,16 +739,23 @@ def bench(args: argparse.Namespace, loaded: Loaded | None = None) -> int:
         _versus(loaded, args.versus, args.target, args.draft)
     methods = _methods(loaded, args.draft, max_new, versus=versus,
                        with_hf=not getattr(args, "skip_hf", False))
-    runs = _run_all(loaded.config, methods, prompts, temperatures, repeats)
+    graphs: list[int | None] = []
+    runs = _run_all(loaded.config, methods, prompts, temperatures, repeats, graphs)
+    graphs.append(compiled_graphs())
     records = summarise(runs, draft=args.draft, c=c)
     settings = {"backend": config.backend, "options": dict(loaded.config.options),
                 "target": args.target, "draft": args.draft, "k": config.k, "c": c,
                 "max_new_tokens": max_new, "repeats": repeats, "prompts": count,
                 "temperatures": temperatures, "versus": getattr(args, "versus", None),
+                "compiled_graphs_after_warmup": graphs[0],
+                "compiled_graphs_at_end": graphs[1],
                 "top_k": config.top_k, "top_p": config.top_p,
                 "min_p": config.min_p, "seed": config.seed, "methods": [m.name for m in methods]}
     _write(path, settings, records, runs)
     _table(records)
+    if graphs[0] is not None:
+        print(f"torch.compile graphs: {graphs[0]} after warm-up, {graphs[1]} at the end "
+              f"({graphs[1] - graphs[0]} compiled during the timed runs)")  # type: ignore[operator]
     return 0
 
 
