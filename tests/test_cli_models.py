@@ -168,7 +168,8 @@ def test_bench_versus_another_backend_without_hf(tmp_path: Path) -> None:
     records = {r["method"]: r for r in payload["records"]}
     assert set(records) == {"plain", "specsample", "specsample@torch"}
     assert payload["settings"]["versus"] == "torch"
-    graphs = payload["settings"]["compiled_graphs_after_warmup"], payload["settings"]["compiled_graphs_at_end"]
+    settings = payload["settings"]
+    graphs = settings["compiled_graphs_after_warmup"], settings["compiled_graphs_at_end"]
     assert graphs[0] is None or graphs[0] <= graphs[1]
     assert records["specsample@torch"]["ratio_vs_versus"] == 1.0
     assert records["specsample"]["ratio_vs_versus"] > 0 and records["specsample"]["ratio_vs_hf"] is None
