@@ -26,7 +26,7 @@ from specsample.testing import (
 from specsample.verify import verify
 from specsample.warp import warp
 
-PROMPT = "Once upon a time"
+PROMPT = "The best thing about summer is"  # a first token with spread at T=1 and under top-p 0.9
 SETTINGS = {"t1.0": SamplingParams(temperature=1.0), "t0.7-p0.9": SamplingParams(temperature=0.7, top_p=0.9)}
 
 
