@@ -47,20 +47,12 @@ def layer_weights(layer: LlamaLayer) -> tuple[Tensor, ...]:
             *(opaque.key_of(getattr(layer, name)) for name in LINEARS))  # type: ignore[arg-type]
 
 
-def _out_features(linear: object) -> int:
-    out = getattr(linear, "out_features", None)
-    if not isinstance(out, int):
-        raise TypeError(f"linear: expected a linear with an int out_features (DenseLinear, "
-                         f"Int8Linear), got {type(linear).__name__}")
-    return out
-
-
 def stack_config(stack: LlamaStack) -> tuple[object, ...]:
     """What a piece's graph depends on besides shapes: two stacks with equal configs share graphs."""
     layer = stack.layers[0]
     return (id(stack.rotary), id(stack.act), stack.eps, stack.heads, stack.kv_heads, stack.head_dim,
-            tuple(_out_features(getattr(layer, name)) for name in LINEARS),
-            _out_features(stack.head))
+            tuple(opaque.out_features(getattr(layer, name)) for name in LINEARS),
+            opaque.out_features(stack.head))
 
 
 class EmbedStep(nn.Module):
@@ -94,7 +86,7 @@ class LayerStep(nn.Module):
         self.eps, self.heads, self.kv_heads, self.hd = stack.eps, stack.heads, stack.kv_heads, \
             stack.head_dim
         self.act: Callable[[Tensor], Tensor] = stack.act
-        self.out = {name: _out_features(getattr(stack.layers[0], name)) for name in LINEARS}
+        self.out = {name: opaque.out_features(getattr(stack.layers[0], name)) for name in LINEARS}
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor, group_mask: Tensor,
                 keys: Tensor, values: Tensor, input_norm: Tensor, post_norm: Tensor,
@@ -127,7 +119,7 @@ class HeadStep(nn.Module):
 
     def __init__(self, stack: LlamaStack) -> None:
         super().__init__()
-        self.eps, self.vocab = stack.eps, _out_features(stack.head)
+        self.eps, self.vocab = stack.eps, opaque.out_features(stack.head)
 
     def forward(self, x: Tensor, norm: Tensor, head_key: Tensor) -> Tensor:
         """The logits."""

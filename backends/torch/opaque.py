@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-__all__ = ["OpaqueLinear", "call", "key_of"]
+__all__ = ["OpaqueLinear", "call", "key_of", "out_features"]
 
 
 class OpaqueLinear(Protocol):
@@ -76,15 +76,26 @@ _LIB.impl("linear", _linear, "CompositeExplicitAutograd")
 torch.library.register_fake("specsample::linear", _fake, lib=_LIB)
 
 
+def out_features(linear: object) -> int:
+    """`linear.out_features`, checked: the op's output width for it.
+
+    Raises:
+        TypeError: `linear` has no int `out_features` or is not callable.
+    """
+    out = getattr(linear, "out_features", None)
+    if not callable(linear) or isinstance(out, bool) or not isinstance(out, int):
+        raise TypeError(f"linear: expected a callable with an int out_features (DenseLinear, "
+                        f"Int8Linear), got {type(linear).__name__}")
+    return out
+
+
 def key_of(linear: OpaqueLinear) -> Tensor:
     """The key (int64 [1], on CPU) that names `linear` to the op; the same tensor every call.
 
     Raises:
         TypeError: `linear` has no int `out_features` or is not callable.
     """
-    if not callable(linear) or not isinstance(getattr(linear, "out_features", None), int):
-        raise TypeError(f"linear: expected a callable with an int out_features, got "
-                        f"{type(linear).__name__}")
+    out_features(linear)
     try:
         key = _KEYS.get(linear)
     except TypeError as err:  # not weak-referenceable or not hashable

@@ -113,8 +113,6 @@ def memory(args: argparse.Namespace, loaded: tuple[Any, ...]) -> int:
     return 0 if growth < 64 else 1
 
 
-
-
 GREEDY_EXTRA = [
     "Describe the water cycle in four sentences.",
     "Write a limerick about a cat who loves cheese.",
