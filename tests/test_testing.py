@@ -216,6 +216,25 @@ def test_homogeneity_pools_rare_outcomes_from_the_combined_sample() -> None:
     assert result.m == 3 and result.passed
 
 
+def test_homogeneity_keeps_the_most_frequent_outcomes_with_bins() -> None:
+    # 400 outcomes, each common: without bins m = 400 and tau ~= 0.076 (detects only TV >= 0.15); with bins=8
+    # m = 8, tau = 0.0172 at n = 100_000 each, and a shift of 0.05 among the top outcomes
+    # (TV 0.05 >= 2 tau) is caught with probability >= 1 - 2e-4 (see homogeneity's docstring).
+    rng = np.random.default_rng(12)
+    law = np.concatenate([LAW8 * 0.6, np.full(392, 0.4 / 392)])
+    shifted = np.concatenate([_shifted(LAW8, 0.05 / 0.6) * 0.6, law[8:]])
+    n = 100_000
+    same = [rng.choice(law.size, size=n, p=law) for _ in range(2)]
+    wide = homogeneity(*same)
+    narrow = homogeneity(*same, bins=8)
+    assert wide.m > 300 and wide.detectable_tv > 0.14
+    assert narrow.m == 8 and narrow.passed and narrow.detectable_tv <= 0.035
+    caught = homogeneity(same[0], rng.choice(law.size, size=n, p=shifted), bins=8)
+    assert not caught.passed and caught.tv > caught.tau
+    with pytest.raises(ValueError, match="bins: expected an integer >= 2"):
+        homogeneity(same[0], same[1], bins=1)
+
+
 @pytest.mark.parametrize(("a", "b", "error", "match"), [
     ([0, 1], [[0, 1]], ValueError, r"samples_b: expected outcomes of the same shape as samples_a"),
     ([0.5], [1], TypeError, "samples_a: expected integer outcome ids, got dtype float64"),

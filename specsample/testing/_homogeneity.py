@@ -8,7 +8,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats
 
-from specsample.testing._inputs import as_ids, check_level, check_tau
+from specsample.testing._inputs import as_ids, check_int, check_level, check_tau
 from specsample.testing._pool import merge, pool_by_expected
 from specsample.testing._power import tv_false_alarm, tv_threshold
 
@@ -68,11 +68,18 @@ def _pair(samples_a: object, samples_b: object) -> tuple[NDArray[np.integer], in
     return np.concatenate([a, b]), int(a.shape[0])
 
 
-def _table(both: NDArray[np.integer], n_a: int) -> NDArray[np.float64]:
+def _table(both: NDArray[np.integer], n_a: int, bins: int | None) -> NDArray[np.float64]:
     """Counts [2, m] of each sample over the outcomes, rare outcomes pooled by combined count."""
     _, dense = np.unique(both, axis=0, return_inverse=True)
     dense = dense.reshape(-1)  # [N] ids in [0, distinct)
     distinct = int(dense.max()) + 1
+    if bins is not None and distinct > bins:
+        # Keep the bins - 1 outcomes most frequent in the combined sample (ties: the smaller
+        # outcome), pool the rest: again a function of the combined multiset only.
+        ranked = np.argsort(-np.bincount(dense, minlength=distinct), kind="stable")
+        labels = np.full(distinct, bins - 1, dtype=np.intp)
+        labels[ranked[: bins - 1]] = np.arange(bins - 1)
+        dense, distinct = labels[dense], bins
     counts = [np.bincount(part, minlength=distinct) for part in (dense[:n_a], dense[n_a:])]
     smaller = min(n_a, both.shape[0] - n_a)
     # The smallest expected cell count of each column under the null; it depends on the
@@ -82,13 +89,16 @@ def _table(both: NDArray[np.integer], n_a: int) -> NDArray[np.float64]:
 
 
 def homogeneity(samples_a: object, samples_b: object, *, alpha: float = 1e-4,
-                tau: float | None = None) -> HomogeneityResult:
+                tau: float | None = None, bins: int | None = None) -> HomogeneityResult:
     """Test that two i.i.d. samples come from the same law (TV between them, then a G-test).
 
     Outcomes are the distinct observed ids (any integers, e.g. hashes) or rows of [n, L]
     arrays (e.g. the first L tokens of independent generations). An outcome is pooled into a
     "rare" bin when its combined count c makes an expected cell count min(n_a, n_b) c / N
-    below 5 (N = n_a + n_b), as the G-test needs; the same m bins serve both tests.
+    below 5 (N = n_a + n_b), as the G-test needs; the same m bins serve both tests. With
+    `bins`, only the bins - 1 outcomes most frequent in the combined sample keep their own bin
+    and the rest share one: m <= bins, so the TV test's bound (which grows as 2^m) stays
+    useful at large n, at the price of judging the laws on those outcomes only.
 
     False alarm (derivation). Under the null, the N draws are i.i.d., so given the combined
     multiset (which fixes the pooling and m) the first sample is a uniformly random subset of
@@ -98,11 +108,11 @@ def homogeneity(samples_a: object, samples_b: object, *, alpha: float = 1e-4,
     Since emp_a - c = (n_b / N)(emp_a - emp_b), TV(emp_a, emp_b) = (N / n_b) TV(emp_a, c), so
     P(TV(emp_a, emp_b) > tau) <= (2^m - 2) exp(-2 n_a (n_b / N)^2 tau^2); using the better of
     a and b, n_eff = n_a n_b max(n_a, n_b) / N^2 (n / 4 for equal sizes n). The bound holds
-    given every combined multiset, hence unconditionally: the data-dependent pooling and m are
-    exact here, not an approximation. (It is at least as tight as the i.i.d. route, tau =
-    t_a + t_b with P(TV(emp_a, P) > t_a) <= alpha / 2 and the same for b, which would also need
-    the unknown support size of P.) Samples must be independent draws; tokens of one
-    generation are not.
+    given every combined multiset, hence unconditionally: the data-dependent pooling (by
+    expected count, and to `bins`) and m are exact here, not an approximation. (It is at least
+    as tight as the i.i.d. route, tau = t_a + t_b with P(TV(emp_a, P) > t_a) <= alpha / 2 and
+    the same for b, which would also need the unknown support size of P.) Samples must be
+    independent draws; tokens of one generation are not.
 
     Power. If the two laws are at TV >= 2 tau over the pooled outcomes, the test passes only if
     TV(emp_a, P_a) + TV(emp_b, P_b) >= tau, with probability
@@ -116,6 +126,7 @@ def homogeneity(samples_a: object, samples_b: object, *, alpha: float = 1e-4,
         samples_b: outcomes [n_b] or [n_b, L], the same L.
         alpha: the level of each test, in (0, 1).
         tau: the TV threshold, or None for the smallest one with false-alarm bound <= alpha.
+        bins: at most this many outcomes (>= 2), the most frequent ones; None: no limit.
 
     Returns:
         A HomogeneityResult.
@@ -123,8 +134,10 @@ def homogeneity(samples_a: object, samples_b: object, *, alpha: float = 1e-4,
     both, n_a = _pair(samples_a, samples_b)
     alpha = check_level(alpha, "alpha")
     given_tau = check_tau(tau)
+    if bins is not None:
+        bins = check_int(bins, "bins", 2)
     n_b = int(both.shape[0]) - n_a
-    table = _table(both, n_a)  # [2, m]
+    table = _table(both, n_a, bins)  # [2, m]
     m = int(table.shape[1])
     tv = 0.5 * float(np.abs(table[0] / n_a - table[1] / n_b).sum())
     n_eff = n_a * n_b * max(n_a, n_b) / (n_a + n_b) ** 2
