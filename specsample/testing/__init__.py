@@ -2,6 +2,8 @@
 
 - `goodness_of_fit`: samples against a known law (TV concentration, then a G-test).
 - `homogeneity`: two samples against each other (e.g. speculative vs plain sampling).
+- `tree_samples`: many speculative and plain samples of a real model's first tokens, each
+  distinct prefix evaluated once (`PrefixLaws`).
 - `samples_needed`, `samples_needed_two_sample`, `detectable_tv`: sizes and power.
 - `exact_round_law`, `exact_sequence_law`, `autoregressive_law`, `accepted_length_law`,
   `expected_tokens_per_round`: exact laws of speculative sampling, with Fractions.
@@ -19,7 +21,9 @@ from specsample.testing._exact import (
 from specsample.testing._gof import FitResult, goodness_of_fit
 from specsample.testing._homogeneity import HomogeneityResult, homogeneity
 from specsample.testing._power import detectable_tv, samples_needed, samples_needed_two_sample
+from specsample.testing._tree import PrefixLaws, tree_samples
 
-__all__ = ["FitResult", "HomogeneityResult", "accepted_length_law", "autoregressive_law",
-           "detectable_tv", "exact_round_law", "exact_sequence_law", "expected_tokens_per_round",
-           "goodness_of_fit", "homogeneity", "samples_needed", "samples_needed_two_sample"]
+__all__ = ["FitResult", "HomogeneityResult", "PrefixLaws", "accepted_length_law",
+           "autoregressive_law", "detectable_tv", "exact_round_law", "exact_sequence_law",
+           "expected_tokens_per_round", "goodness_of_fit", "homogeneity", "samples_needed",
+           "samples_needed_two_sample", "tree_samples"]

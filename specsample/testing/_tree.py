@@ -1,0 +1,260 @@
+"""Many exact samples of a real model's first tokens, each distinct prefix evaluated once.
+
+Speculative and plain sampling of the first L tokens after one prompt, for n independent
+rows, where n is large enough (hundreds of thousands) to detect small TV distances. Rows
+that share a prefix share its forward pass: the law after each distinct prefix is computed
+once, in batches, from a copy of the prompt's cache, so the cost grows with the number of
+distinct prefixes, not with n. Each row then draws its own tokens with its own uniforms:
+the drafts from q (the drafter's `laws`), the verdict from the acceptance rule (`verify`
+unless a broken one is studied), plain tokens from p with `sample`. Nothing else differs
+from a generation, so the law of each row's first L tokens is that of `generate` (resp.
+`generate_plain`) on the same models; what is not exercised is the engine around the rule
+(caches, rollback), which `specsample check --sampler engine` covers at smaller n.
+
+Laws after L or more generated tokens can only decide tokens past the first L, which are
+cut: they are replaced by the law after the row's first L - 1 tokens, saving forwards
+without changing the first L tokens' law.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from specsample._array import Array, device, namespace
+from specsample.cache import Cache
+from specsample.params import SamplingParams
+from specsample.protocols import Model
+from specsample.sample import sample
+from specsample.testing._inputs import check_int
+from specsample.verify import Verdict, verify
+from specsample.warp import warp
+
+__all__ = ["PrefixLaws", "tree_samples"]
+
+Key = tuple[int, ...]
+LawFn = Callable[[Array], tuple[Array, Array]]
+
+
+def _take_rows(buffers: Any, index: Array) -> Any:
+    """Rows `index` of every array in a (nested tuple/list of) cache buffer(s), batch on axis 0."""
+    if isinstance(buffers, (tuple, list)):
+        return type(buffers)(_take_rows(b, index) for b in buffers)
+    if hasattr(buffers, "shape"):
+        return namespace(buffers).take(buffers, index, axis=0)
+    return buffers
+
+
+def _numpy(x: Array) -> NDArray[Any]:
+    return np.asarray(x.cpu() if hasattr(x, "cpu") else x)
+
+
+class PrefixLaws:
+    """The law after each prefix of generated ids (after one prompt), computed once per prefix.
+
+    Args:
+        model: the model.
+        prompt: int64 [1, T], T >= 1, of the model's array library.
+        law: logits [N, V] -> (the law to sample from, the law to report), each [N, V]; e.g.
+            `lambda x: (warp(x, params),) * 2` for a target, a drafter's `laws` for a draft.
+        depth: the longest prefix asked for (generated ids after the prompt).
+        batch: rows times tokens per forward when filling in prefixes.
+    """
+
+    def __init__(self, model: Model, prompt: Array, law: LawFn, *, depth: int,
+                 batch: int = 512) -> None:
+        if not isinstance(model, Model):
+            raise TypeError(f"model: expected a specsample Model, got {type(model).__name__}")
+        if getattr(prompt, "ndim", None) != 2 or int(prompt.shape[0]) != 1 or int(prompt.shape[1]) < 1:
+            raise ValueError(f"prompt: expected int64 ids [1, T >= 1], got shape "
+                             f"{list(getattr(prompt, 'shape', []))}")
+        self.model, self.law = model, law
+        self.depth = check_int(depth, "depth", 0)
+        self.batch = check_int(batch, "batch", 1)
+        self.width = int(prompt.shape[1])
+        self.xp = namespace(prompt)
+        logits, self.cache = model.forward(prompt, model.new_cache(1, self.width + max(self.depth, 1)))
+        self.table: dict[Key, tuple[Array, Array]] = {}
+        self._store([()], logits[:, -1, :])
+        self.forwarded = 0  # prefix tokens fed so far, beyond the prompt
+
+    def _store(self, keys: Sequence[Key], logits: Array) -> None:
+        draw, report = self.law(logits)
+        for i, key in enumerate(keys):
+            row = draw[i]
+            self.table[key] = (row, row if report is draw else report[i])
+
+    def fill(self, keys: Iterable[Key]) -> None:
+        """Compute the laws after every prefix in `keys` not yet known (shorter ones first)."""
+        missing = sorted({k for k in keys if k not in self.table}, key=len)
+        for key in missing:
+            if len(key) > self.depth:
+                raise ValueError(f"keys: expected prefixes of at most {self.depth} ids, got {len(key)}")
+        for length in sorted({len(k) for k in missing}):
+            group = [k for k in missing if len(k) == length]
+            rows = max(1, self.batch // length)
+            for start in range(0, len(group), rows):
+                self._forward(group[start:start + rows], length)
+
+    def _forward(self, keys: list[Key], length: int) -> None:
+        xp, dev = self.xp, device(self.cache.lengths)
+        ids = xp.asarray(keys, dtype=xp.int64, device=dev)  # [P, length]
+        zeros = xp.zeros(len(keys), dtype=xp.int64, device=dev)
+        cache = Cache(lengths=zeros + self.width, capacity=self.cache.capacity,
+                      buffers=_take_rows(self.cache.buffers, zeros))
+        logits, _ = self.model.forward(ids, cache)  # [P, length, V]
+        self.forwarded += len(keys) * length
+        for j in range(length):  # ancestors come for free; keep those not yet known
+            fresh = [i for i, k in enumerate(keys) if k[: j + 1] not in self.table]
+            if fresh:
+                at = xp.asarray(fresh, dtype=xp.int64, device=dev)
+                self._store([keys[i][: j + 1] for i in fresh], xp.take(logits[:, j, :], at, axis=0))
+
+    def rows(self, keys: Sequence[Key]) -> tuple[Array, Array]:
+        """The laws (to sample from, to report) after each prefix: two arrays [len(keys), V]."""
+        self.fill(keys)
+        laws = [self.table[k] for k in keys]
+        draw = self.xp.stack([d for d, _ in laws])
+        same = all(d is r for d, r in laws)
+        return draw, (draw if same else self.xp.stack([r for _, r in laws]))
+
+    def forget(self, length: int) -> None:
+        """Drop the laws after prefixes of `length` or more ids (to bound memory)."""
+        self.table = {k: v for k, v in self.table.items() if len(k) < length}
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+def _keys(out: NDArray[np.int64], rows: NDArray[np.intp], depth: NDArray[np.int64],
+          extra: NDArray[np.int64] | None, cut: int) -> list[Key]:
+    """Per row: its committed ids, then `extra` ids, cut to the first `cut` ids."""
+    keys = []
+    for i, r in enumerate(rows):
+        key = tuple(int(t) for t in out[r, : depth[r]])
+        if extra is not None:
+            key += tuple(int(t) for t in extra[i])
+        keys.append(key[:cut])
+    return keys
+
+
+def _uniforms(rng: np.random.Generator, shape: tuple[int, ...], like: Array) -> Array:
+    xp = namespace(like)
+    values = rng.random(shape, dtype=np.float32 if like.dtype == xp.float32 else np.float64)
+    return xp.asarray(values, dtype=like.dtype, device=device(like))
+
+
+def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], *, k: int,
+                 length: int, rng: np.random.Generator, verifier: Callable[..., Verdict],
+                 batch: int) -> None:
+    """Fill `out` [R, length] with rounds of drafting k tokens and verifying them.
+
+    The laws every active row needs at a step are filled in first, in large batches; rows
+    then draw and verify in small batches (V-wide work per row stays in cache-sized blocks).
+    """
+    depth = np.zeros(out.shape[0], dtype=np.int64)
+    xp, cut = target.xp, length - 1
+    while (active := np.flatnonzero(depth < length)).size:
+        drafted = np.zeros((active.size, k), dtype=np.int64)
+        draft_keys = []
+        for i in range(k):
+            keys = _keys(out, active, depth, drafted[:, :i], cut)
+            draft.fill(keys)
+            draft_keys.append(keys)
+            for s in range(0, active.size, batch):
+                law, _ = draft.rows(keys[s:s + batch])
+                drafted[s:s + batch, i] = _numpy(sample(law, _uniforms(rng, (law.shape[0],), law),
+                                                        check=False))
+        target_keys = [_keys(out, active, depth, drafted[:, :j], cut) for j in range(k + 1)]
+        target.fill(key for keys in target_keys for key in keys)
+        for s in range(0, active.size, batch):
+            rows = active[s:s + batch]
+            q = xp.stack([draft.rows(keys[s:s + batch])[1] for keys in draft_keys], axis=1)
+            p = xp.stack([target.rows(keys[s:s + batch])[0] for keys in target_keys], axis=1)
+            tokens = xp.asarray(drafted[s:s + batch], dtype=xp.int64, device=device(p))
+            verdict = verifier(tokens, q, p, _uniforms(rng, (rows.size, k + 1), p), check=False)
+            got, count = _numpy(verdict.tokens), _numpy(verdict.num_accepted) + 1
+            for i, r in enumerate(rows):
+                take = min(int(count[i]), length - int(depth[r]))
+                out[r, depth[r]: depth[r] + take] = got[i, :take]
+                depth[r] += take
+
+
+def _plain(target: PrefixLaws, out: NDArray[np.int64], *, length: int, rng: np.random.Generator,
+           batch: int) -> None:
+    """Fill `out` [R, length] token by token from p."""
+    every = np.arange(out.shape[0])
+    for d in range(length):
+        keys = _keys(out, every, np.full(out.shape[0], d, dtype=np.int64), None, length - 1)
+        target.fill(keys)
+        for start in range(0, every.size, batch):
+            law, _ = target.rows(keys[start:start + batch])
+            out[start:start + batch, d] = _numpy(sample(law, _uniforms(rng, (law.shape[0],), law),
+                                                        check=False))
+
+
+def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
+                 params: SamplingParams, seed: int, length: int = 3,
+                 verifier: Callable[..., Verdict] = verify, chunk: int = 65_536, batch: int = 64,
+                 progress: Callable[[int], None] | None = None
+                 ) -> tuple[NDArray[np.int64], NDArray[np.int64], dict[str, int]]:
+    """The first `length` tokens of n speculative and n plain generations after `prompt`.
+
+    Args:
+        target: the target Model.
+        drafter: a model drafter: a `model` (a Model) and `laws(logits, params, check=)`,
+            as `ModelDrafter`.
+        prompt: int64 [1, T] ids.
+        n: rows per method, >= 1.
+        k: draft tokens per round, >= 1.
+        params: the sampling parameters of both methods.
+        seed: the seed of every uniform (NumPy's Philox); the two methods use disjoint streams.
+        length: tokens per row, >= 1.
+        verifier: the acceptance rule.
+        chunk: rows per block; laws after length - 1 ids are dropped between blocks.
+        batch: rows per verify or sample call.
+        progress: called with the number of rows finished (both methods), for a progress bar.
+
+    Returns:
+        (speculative [n, length], plain [n, length], counts): counts holds `prefixes`
+        (distinct prefixes evaluated, both models) and `forwarded` (tokens fed beyond the prompt).
+    """
+    if not isinstance(params, SamplingParams):
+        raise TypeError(f"params: expected SamplingParams, got {type(params).__name__}")
+    model = getattr(drafter, "model", None)
+    if not isinstance(model, Model) or not callable(getattr(drafter, "laws", None)):
+        raise TypeError(f"drafter: expected a model drafter (a `model` and `laws`), got "
+                        f"{type(drafter).__name__}")
+    n, k, length = check_int(n, "n", 1), check_int(k, "k", 1), check_int(length, "length", 1)
+    chunk, batch = check_int(chunk, "chunk", 1), check_int(batch, "batch", 1)
+    check_int(seed, "seed", 0)
+
+    def target_law(logits: Array) -> tuple[Array, Array]:
+        p = warp(logits, params)
+        return p, p
+
+    def draft_law(logits: Array) -> tuple[Array, Array]:
+        return drafter.laws(logits, params, check=True)  # type: ignore[no-any-return]
+
+    p = PrefixLaws(target, prompt, target_law, depth=length - 1)
+    q = PrefixLaws(model, prompt, draft_law, depth=length - 1)
+    spec_rng, plain_rng = (np.random.Generator(np.random.Philox(key=[seed, s])) for s in (1, 2))
+    spec = np.full((n, length), -1, dtype=np.int64)
+    plain = np.full((n, length), -1, dtype=np.int64)
+    prefixes = 0
+    for start in range(0, n, chunk):
+        block = slice(start, min(n, start + chunk))
+        _speculative(p, q, spec[block], k=k, length=length, rng=spec_rng, verifier=verifier,
+                     batch=batch)
+        _plain(p, plain[block], length=length, rng=plain_rng, batch=batch)
+        prefixes += sum(1 for t in (p, q) for key in t.table if 1 < length <= len(key) + 1)
+        if progress is not None:
+            progress(2 * (block.stop - block.start))
+        if length > 1:
+            p.forget(length - 1)
+            q.forget(length - 1)
+    prefixes += len(p) + len(q)
+    return spec, plain, {"prefixes": prefixes, "forwarded": p.forwarded + q.forwarded}

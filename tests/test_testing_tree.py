@@ -1,0 +1,122 @@
+"""The prefix-tree sampler: exact laws per distinct prefix, each row its own uniforms.
+
+Statistics as in tests/test_generate.py: n = 200,000 rows per method, the first 3 tokens
+jointly (M = 27 outcomes), goodness_of_fit at alpha = 1e-4 (tau ~= 0.0084, so a law at
+TV >= 0.017 is caught with probability >= 1 - 1e-4); fixed seeds keep CI deterministic.
+The negative control (resample from p after a rejection) must fail the same test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_generate import PROMPT, VOCAB, expected_law, models
+
+from specsample import ModelDrafter, SamplingParams, get_backend
+from specsample.testing import PrefixLaws, broken, goodness_of_fit, homogeneity, tree_samples
+from specsample.warp import warp
+
+ROWS = 200_000
+
+
+def _outcomes(tokens: np.ndarray) -> np.ndarray:
+    return tokens[:, 0] * 9 + tokens[:, 1] * 3 + tokens[:, 2]
+
+
+def _drafter() -> tuple[object, ModelDrafter]:
+    target, _ = models()
+    return target, get_backend("reference").load_drafter("noisy:0.5", target)
+
+
+@pytest.mark.parametrize(("params", "k"), [
+    (SamplingParams(), 2),
+    (SamplingParams(temperature=0.7, top_k=2), 3),
+    (SamplingParams(temperature=1.3, top_p=0.8), 1),
+])
+def test_both_methods_follow_the_target_law(params: SamplingParams, k: int) -> None:
+    target, drafter = _drafter()
+    spec, plain, counts = tree_samples(target, drafter, np.array([PROMPT]), n=ROWS, k=k,
+                                       params=params, seed=5, batch=8192, chunk=50_000)
+    law = expected_law(target, params)
+    for name, samples in (("speculative", spec), ("plain", plain)):
+        assert samples.shape == (ROWS, 3) and samples.min() >= 0
+        result = goodness_of_fit(_outcomes(samples), law)
+        assert result.passed, f"{name}: {result}"
+    assert counts["prefixes"] <= 2 * 4 * (1 + VOCAB + VOCAB**2)  # per distinct prefix, not per row
+
+
+def test_a_broken_rule_is_caught() -> None:
+    target, drafter = _drafter()
+    spec, plain, _ = tree_samples(target, drafter, np.array([PROMPT]), n=ROWS, k=2,
+                                  params=SamplingParams(), seed=6, batch=8192,
+                                  verifier=broken.resample_from_p)
+    law = expected_law(target, SamplingParams())
+    result = goodness_of_fit(_outcomes(spec), law)
+    assert not result.passed and result.tv > 2 * result.tau, str(result)
+    assert goodness_of_fit(_outcomes(plain), law).passed
+    assert not homogeneity(_outcomes(spec), _outcomes(plain), alpha=1e-4, bins=8).passed
+
+
+def test_seeds_reproduce_and_differ() -> None:
+    target, drafter = _drafter()
+    run = [tree_samples(target, drafter, np.array([PROMPT]), n=500, k=2, params=SamplingParams(),
+                        seed=s)[:2] for s in (1, 1, 2)]
+    assert all(np.array_equal(a, b) for a, b in zip(run[0], run[1], strict=True))
+    assert not np.array_equal(run[0][0], run[2][0])
+    assert not np.array_equal(run[0][0], run[0][1])  # the two methods use their own uniforms
+
+
+class _Counting:
+    """A Model that counts the tokens it is fed."""
+
+    def __init__(self, model: object) -> None:
+        self.model, self.fed = model, 0
+        self.vocab_size = model.vocab_size  # type: ignore[attr-defined]
+
+    def new_cache(self, batch: int, capacity: int) -> object:
+        return self.model.new_cache(batch, capacity)  # type: ignore[attr-defined]
+
+    def forward(self, tokens: np.ndarray, cache: object) -> object:
+        self.fed += tokens.size
+        return self.model.forward(tokens, cache)  # type: ignore[attr-defined]
+
+
+def test_prefix_laws_are_the_models_and_computed_once() -> None:
+    target, _ = models()
+    counting = _Counting(target)
+    params = SamplingParams(temperature=0.8)
+    laws = PrefixLaws(counting, np.array([PROMPT]), lambda x: (warp(x, params),) * 2, depth=2,
+                      batch=4)
+    assert counting.fed == len(PROMPT) and len(laws) == 1
+    keys = [(0,), (2, 1), (2, 1), (0, 0), ()]
+    draw, report = laws.rows(keys)
+    assert draw is report and draw.shape == (5, VOCAB)
+    fed = counting.fed
+    assert fed - len(PROMPT) == laws.forwarded == 1 + 2 * 2  # (0,) once, then (2, 1) and (0, 0)
+    assert len(laws) == 5  # (), (0,), (2,), (2, 1), (0, 0): the ancestor (2,) came for free
+    for key, row in zip(keys, draw, strict=True):
+        exact = np.array([float(x) for x in target.law(tuple(PROMPT) + key)])
+        with np.errstate(divide="ignore"):
+            assert np.allclose(row, warp(np.log(exact), params))
+    laws.rows(keys)
+    assert counting.fed == fed  # all known now
+    laws.forget(2)
+    assert len(laws) == 3 and all(len(k) < 2 for k in laws.table)
+    with pytest.raises(ValueError, match="keys: expected prefixes of at most 2 ids, got 3"):
+        laws.fill([(0, 0, 0)])
+
+
+def test_bad_arguments() -> None:
+    target, drafter = _drafter()
+    prompt = np.array([PROMPT])
+    lookup = get_backend("reference").load_drafter("lookup", target)
+    with pytest.raises(TypeError, match="drafter: expected a model drafter"):
+        tree_samples(target, lookup, prompt, n=10, k=2, params=SamplingParams(), seed=0)
+    with pytest.raises(ValueError, match="n: expected an integer >= 1"):
+        tree_samples(target, drafter, prompt, n=0, k=2, params=SamplingParams(), seed=0)
+    with pytest.raises(TypeError, match="params: expected SamplingParams"):
+        tree_samples(target, drafter, prompt, n=10, k=2, params=0.7, seed=0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"prompt: expected int64 ids \[1, T >= 1\], got shape \[2, 2\]"):
+        PrefixLaws(target, np.array([PROMPT, PROMPT]), lambda x: (x, x), depth=1)
+    with pytest.raises(TypeError, match="model: expected a specsample Model"):
+        PrefixLaws(object(), prompt, lambda x: (x, x), depth=1)  # type: ignore[arg-type]
