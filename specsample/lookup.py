@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from specsample._array import Array, check_shape, device, namespace
 from specsample.params import SamplingParams
@@ -19,18 +19,33 @@ class PromptLookupDrafter:
     most recent match are proposed. With no match, the last token is repeated.
     Any deterministic guess is lossless; a good one is merely accepted more often.
 
+    `draft_length` lets the eager loop verify only one draft in rounds where no row's
+    context ends in an n-gram of at least `confident` tokens seen before: a guess from a
+    shorter match is rarely accepted and does not pay for a wider verify forward. The choice
+    reads the committed tokens only, so it does not change the output law.
+
     Args:
         ngram_max: the longest suffix tried, >= ngram_min.
         ngram_min: the shortest suffix tried, >= 1.
+        confident: the shortest match that earns all K drafts a verify, in
+            [ngram_min, ngram_max]; "auto": 2 clipped to that range; None: verify K
+            every round.
     """
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1,
+                 confident: int | Literal["auto"] | None = "auto") -> None:
         for name, value in (("ngram_max", ngram_max), ("ngram_min", ngram_min)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
         if ngram_min > ngram_max:
             raise ValueError(f"ngram_min: expected <= ngram_max = {ngram_max}, got {ngram_min}")
-        self.ngram_max, self.ngram_min = ngram_max, ngram_min
+        if confident == "auto":
+            confident = min(max(2, ngram_min), ngram_max)
+        if confident is not None and (isinstance(confident, bool) or not isinstance(confident, int)
+                                      or not ngram_min <= confident <= ngram_max):
+            raise ValueError(f"confident: expected None or an int in [{ngram_min}, {ngram_max}], "
+                             f"got {confident!r}")
+        self.ngram_max, self.ngram_min, self.confident = ngram_max, ngram_min, confident
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> None:
         """No state: every proposal is computed from the committed tokens."""
@@ -50,6 +65,21 @@ class PromptLookupDrafter:
             last = xp.take_along_axis(tokens, xp.clip(lengths - 1 - j, min=0)[:, None], axis=1)  # [B, 1]
             match = match & (earlier == last)
         return xp.max(xp.where(match, pos, -1), axis=1)
+
+    def draft_length(self, tokens: Array, lengths: Array, k: int) -> int:
+        """k if some row's last `confident` tokens occurred before, else 1 (a host read).
+
+        Args:
+            tokens: int [B, C] committed ids, row b valid on [0, lengths[b]).
+            lengths: int [B], each >= 1.
+            k: the K the policy chose, >= 1.
+        """
+        if self.confident is None or k <= 1:
+            return k
+        xp = namespace(tokens, lengths)
+        tokens, lengths = xp.astype(tokens, xp.int64), xp.astype(lengths, xp.int64)
+        found = self._last_match(xp, tokens, lengths, self.confident)
+        return k if bool(xp.any(found >= 0)) else 1
 
     def propose(self, state: Any, tokens: Array, lengths: Array, k: int,
                 params: SamplingParams, uniforms: Array) -> Proposal:

@@ -92,9 +92,19 @@ class Metrics:
         return sum(k * n for k, n in enumerate(self.k_counts)) / total if total else 0.0
 
     def predicted_speedup(self, c: float) -> float:
-        """Thm 3.8's prediction from the measured alpha, the mean K and cost ratio c."""
-        k = max(1, round(self.mean_k))
-        return predicted_speedup(self.alpha, k, c)
+        """Thm 3.8's prediction from the measured alpha and cost ratio c, per K actually run.
+
+        With rounds at several K (an adaptive policy, a drafter that shortens rounds), the
+        expected tokens and the cost (K c + 1 target forwards) of each round are summed:
+        sum_K n_K E(alpha, K) / sum_K n_K (K c + 1); a constant K gives Thm 3.8 itself.
+        """
+        if not math.isfinite(c) or c < 0:
+            raise ValueError(f"c: expected a finite cost ratio >= 0, got {c}")
+        runs = [(k, n) for k, n in enumerate(self.k_counts) if n and k >= 1]
+        if not runs:
+            return predicted_speedup(self.alpha, max(1, round(self.mean_k)), c)
+        tokens = sum(n * expected_tokens_per_round(self.alpha, k) for k, n in runs)
+        return tokens / sum(n * (k * c + 1) for k, n in runs)
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-ready summary."""

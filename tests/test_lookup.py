@@ -86,8 +86,39 @@ def test_greedy_generation_equals_plain_greedy() -> None:
     assert spec.metrics.accepted > 0  # greedy n-gram text repeats: lookups get accepted
 
 
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_draft_length_is_k_only_after_a_confident_match(lib: str) -> None:
+    rows = [[5, 6, 7, 8, 9, 5],  # a 1-gram match only
+            [7]]
+    tokens, lengths = _pad(rows, 8, fill=5)
+    if lib == "torch":
+        tokens, lengths = torch.from_numpy(tokens), torch.from_numpy(lengths)
+    drafter = PromptLookupDrafter()
+    assert drafter.confident == 2
+    assert drafter.draft_length(tokens, lengths, 4) == 1
+    assert PromptLookupDrafter(confident=1).draft_length(tokens, lengths, 4) == 4
+    assert PromptLookupDrafter(confident=None).draft_length(tokens, lengths, 4) == 4
+    more, more_lengths = _pad([*rows, [1, 2, 3, 1, 2]], 8, fill=5)  # a 2-gram match in row 2
+    assert drafter.draft_length(more, more_lengths, 4) == 4
+    assert PromptLookupDrafter(3, 3).confident == 3
+
+
+def test_shortened_rounds_keep_greedy_output_and_count_each_k() -> None:
+    target = random_ngram(8, order=2, seed=5, concentration=0.2)
+    prompts, lengths = _pad([[1, 2, 3, 4, 5, 6, 7, 0]], 8)
+    greedy = SamplingParams(temperature=0)
+    spec = generate(target, PromptLookupDrafter(), prompts, prompt_lengths=lengths,
+                    max_new_tokens=40, params=greedy, k=4)
+    plain = generate_plain(target, prompts, prompt_lengths=lengths, max_new_tokens=40, params=greedy)
+    assert np.array_equal(spec.sequences, plain.sequences)
+    counts = spec.metrics.k_counts
+    assert counts[1] > 0 and counts[4] > 0 and sum(counts) == spec.metrics.rounds
+
+
 @pytest.mark.parametrize(("args", "match"), [((0, 1), "ngram_max"), ((2, 3), "ngram_min"),
-                                             ((2, True), "ngram_min")])
+                                             ((2, True), "ngram_min"),
+                                             ((3, 1, 4), "confident: expected None or an int in "
+                                                         r"\[1, 3\], got 4")])
 def test_bad_ngram_sizes(args: tuple[int, int], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         PromptLookupDrafter(*args)

@@ -136,6 +136,19 @@ def test_metrics_predicted_speedup_uses_alpha_and_mean_k() -> None:
     assert metrics.predicted_speedup(0.1) == pytest.approx(predicted_speedup(6 / 9, 3, 0.1))
 
 
+def test_predicted_speedup_sums_rounds_of_each_k() -> None:
+    # 2 rounds at K=1 and 1 at K=4: expected tokens and costs add up round by round.
+    metrics = Metrics()
+    for k, n in ((1, 1), (1, 0), (4, 2)):
+        metrics = tally(metrics, k=k, accepted=[n], emitted=[n + 1], active=[True], elapsed_s=0.0)
+    alpha, c = metrics.alpha, 0.2
+    tokens = 2 * expected_tokens_per_round(alpha, 1) + expected_tokens_per_round(alpha, 4)
+    assert alpha == pytest.approx(3 / 5)
+    assert metrics.predicted_speedup(c) == pytest.approx(tokens / (2 * (1 * c + 1) + (4 * c + 1)))
+    with pytest.raises(ValueError, match="c: expected a finite cost ratio >= 0, got -1"):
+        metrics.predicted_speedup(-1)
+
+
 def test_as_dict_is_json_serialisable() -> None:
     metrics = tally(Metrics(), k=2, accepted=[2, 0], emitted=[3, 1], active=[True, True], elapsed_s=0.1)
     summary = metrics.as_dict()
