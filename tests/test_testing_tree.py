@@ -42,14 +42,15 @@ def test_both_methods_follow_the_target_law(params: SamplingParams, k: int) -> N
         assert samples.shape == (ROWS, 3) and samples.min() >= 0
         result = goodness_of_fit(_outcomes(samples), law)
         assert result.passed, f"{name}: {result}"
-    assert counts["prefixes"] <= 2 * 4 * (1 + VOCAB + VOCAB**2)  # per distinct prefix, not per row
+    assert counts["laws"] <= 2 * (1 + VOCAB + 4 * VOCAB**2)  # per prefix (and chunk), not per row
 
 
-def test_a_broken_rule_is_caught() -> None:
+@pytest.mark.parametrize(("name", "lookahead"), [("resample-from-p", 0), ("p-shifted", 2)])
+def test_a_broken_rule_is_caught(name: str, lookahead: int) -> None:
     target, drafter = _drafter()
     spec, plain, _ = tree_samples(target, drafter, np.array([PROMPT]), n=ROWS, k=2,
                                   params=SamplingParams(), seed=6, batch=8192,
-                                  verifier=broken.resample_from_p)
+                                  verifier=broken.VERIFIERS[name], lookahead=lookahead)
     law = expected_law(target, SamplingParams())
     result = goodness_of_fit(_outcomes(spec), law)
     assert not result.passed and result.tv > 2 * result.tau, str(result)

@@ -13,7 +13,9 @@ from a generation, so the law of each row's first L tokens is that of `generate`
 
 Laws after L or more generated tokens can only decide tokens past the first L, which are
 cut: they are replaced by the law after the row's first L - 1 tokens, saving forwards
-without changing the first L tokens' law.
+without changing the first L tokens' law. That holds for rules that decide position i from
+the laws at positions <= i, as `verify` does; for a rule that looks further ahead (e.g.
+`broken.p_shifted`), pass `lookahead` (K covers any rule that reads one round).
 """
 
 from __future__ import annotations
@@ -78,10 +80,12 @@ class PrefixLaws:
         self.xp = namespace(prompt)
         logits, self.cache = model.forward(prompt, model.new_cache(1, self.width + max(self.depth, 1)))
         self.table: dict[Key, tuple[Array, Array]] = {}
+        self.computed = 0  # laws computed so far (a forgotten one computed again counts twice)
         self._store([()], logits[:, -1, :])
         self.forwarded = 0  # prefix tokens fed so far, beyond the prompt
 
     def _store(self, keys: Sequence[Key], logits: Array) -> None:
+        self.computed += len(keys)
         draw, report = self.law(logits)
         for i, key in enumerate(keys):
             row = draw[i]
@@ -142,21 +146,21 @@ def _keys(out: NDArray[np.int64], rows: NDArray[np.intp], depth: NDArray[np.int6
 
 
 def _uniforms(rng: np.random.Generator, shape: tuple[int, ...], like: Array) -> Array:
+    """float64 uniforms in [0, 1), as `specsample.rng.uniforms` gives the generate loop."""
     xp = namespace(like)
-    values = rng.random(shape, dtype=np.float32 if like.dtype == xp.float32 else np.float64)
-    return xp.asarray(values, dtype=like.dtype, device=device(like))
+    return xp.asarray(rng.random(shape), dtype=xp.float64, device=device(like))
 
 
 def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], *, k: int,
-                 length: int, rng: np.random.Generator, verifier: Callable[..., Verdict],
-                 batch: int) -> None:
+                 length: int, cut: int, rng: np.random.Generator,
+                 verifier: Callable[..., Verdict], batch: int) -> None:
     """Fill `out` [R, length] with rounds of drafting k tokens and verifying them.
 
     The laws every active row needs at a step are filled in first, in large batches; rows
     then draw and verify in small batches (V-wide work per row stays in cache-sized blocks).
     """
     depth = np.zeros(out.shape[0], dtype=np.int64)
-    xp, cut = target.xp, length - 1
+    xp = target.xp
     while (active := np.flatnonzero(depth < length)).size:
         drafted = np.zeros((active.size, k), dtype=np.int64)
         draft_keys = []
@@ -188,7 +192,7 @@ def _plain(target: PrefixLaws, out: NDArray[np.int64], *, length: int, rng: np.r
     """Fill `out` [R, length] token by token from p."""
     every = np.arange(out.shape[0])
     for d in range(length):
-        keys = _keys(out, every, np.full(out.shape[0], d, dtype=np.int64), None, length - 1)
+        keys = _keys(out, every, np.full(out.shape[0], d, dtype=np.int64), None, d)
         target.fill(keys)
         for start in range(0, every.size, batch):
             law, _ = target.rows(keys[start:start + batch])
@@ -198,7 +202,8 @@ def _plain(target: PrefixLaws, out: NDArray[np.int64], *, length: int, rng: np.r
 
 def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
                  params: SamplingParams, seed: int, length: int = 3,
-                 verifier: Callable[..., Verdict] = verify, chunk: int = 65_536, batch: int = 64,
+                 verifier: Callable[..., Verdict] = verify, lookahead: int = 0,
+                 chunk: int = 65_536, batch: int = 64,
                  progress: Callable[[int], None] | None = None
                  ) -> tuple[NDArray[np.int64], NDArray[np.int64], dict[str, int]]:
     """The first `length` tokens of n speculative and n plain generations after `prompt`.
@@ -214,13 +219,16 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         seed: the seed of every uniform (NumPy's Philox); the two methods use disjoint streams.
         length: tokens per row, >= 1.
         verifier: the acceptance rule.
-        chunk: rows per block; laws after length - 1 ids are dropped between blocks.
+        lookahead: how many positions past its own the rule reads (0 for `verify`); laws
+            after up to length - 1 + lookahead ids are then computed exactly.
+        chunk: rows per block; the deepest laws are dropped between blocks.
         batch: rows per verify or sample call.
         progress: called with the number of rows finished (both methods), for a progress bar.
 
     Returns:
-        (speculative [n, length], plain [n, length], counts): counts holds `prefixes`
-        (distinct prefixes evaluated, both models) and `forwarded` (tokens fed beyond the prompt).
+        (speculative [n, length], plain [n, length], counts): counts holds `laws` (laws
+        computed, both models; far fewer than rows) and `forwarded` (tokens fed beyond the
+        prompt).
     """
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params: expected SamplingParams, got {type(params).__name__}")
@@ -229,6 +237,7 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         raise TypeError(f"drafter: expected a model drafter (a `model` and `laws`), got "
                         f"{type(drafter).__name__}")
     n, k, length = check_int(n, "n", 1), check_int(k, "k", 1), check_int(length, "length", 1)
+    cut = length - 1 + check_int(lookahead, "lookahead", 0)
     chunk, batch = check_int(chunk, "chunk", 1), check_int(batch, "batch", 1)
     check_int(seed, "seed", 0)
 
@@ -239,22 +248,19 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
     def draft_law(logits: Array) -> tuple[Array, Array]:
         return drafter.laws(logits, params, check=True)  # type: ignore[no-any-return]
 
-    p = PrefixLaws(target, prompt, target_law, depth=length - 1)
-    q = PrefixLaws(model, prompt, draft_law, depth=length - 1)
+    p = PrefixLaws(target, prompt, target_law, depth=cut)
+    q = PrefixLaws(model, prompt, draft_law, depth=cut)
     spec_rng, plain_rng = (np.random.Generator(np.random.Philox(key=[seed, s])) for s in (1, 2))
     spec = np.full((n, length), -1, dtype=np.int64)
     plain = np.full((n, length), -1, dtype=np.int64)
-    prefixes = 0
     for start in range(0, n, chunk):
         block = slice(start, min(n, start + chunk))
-        _speculative(p, q, spec[block], k=k, length=length, rng=spec_rng, verifier=verifier,
-                     batch=batch)
+        _speculative(p, q, spec[block], k=k, length=length, cut=cut, rng=spec_rng,
+                     verifier=verifier, batch=batch)
         _plain(p, plain[block], length=length, rng=plain_rng, batch=batch)
-        prefixes += sum(1 for t in (p, q) for key in t.table if 1 < length <= len(key) + 1)
         if progress is not None:
             progress(2 * (block.stop - block.start))
-        if length > 1:
-            p.forget(length - 1)
-            q.forget(length - 1)
-    prefixes += len(p) + len(q)
-    return spec, plain, {"prefixes": prefixes, "forwarded": p.forwarded + q.forwarded}
+        if cut > 0:
+            p.forget(cut)
+            q.forget(cut)
+    return spec, plain, {"laws": p.computed + q.computed, "forwarded": p.forwarded + q.forwarded}
