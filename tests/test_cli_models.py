@@ -177,6 +177,27 @@ def test_bench_versus_another_backend_without_hf(tmp_path: Path) -> None:
     assert not any(run["family"] == "hf_assisted" for run in payload["runs"])
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("smol")
+def test_check_tree_passes_and_catches_a_broken_rule(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The tree sampler on SmolLM2 (n = 3000, T = 0.7, top-p 0.9): the exact rule passes, the
+    known-wrong one (resample from p) fails; the default n is the size for TV 0.02."""
+    common = ["check", "--k", "2", "--n", "3000", "--settings", "t0.7-p0.9",
+              "--plot", str(tmp_path / "check.png")]
+    assert main(common) == 0
+    out = capsys.readouterr().out
+    assert "tree sampler" in out and "n=3,000 per method" in out and out.rstrip().endswith("check: PASS")
+    assert "262,765 per method" in out  # what --tv 0.02 at alpha 1e-3 asks for
+    assert (tmp_path / "check.png").stat().st_size > 1000
+    assert main([*common, "--broken", "resample-from-p"]) == 1
+    assert capsys.readouterr().out.rstrip().endswith("check: FAIL")
+    assert main(["check", "--sampler", "tree", "--k", "adaptive"]) == 2
+    assert "--k: the tree sampler needs a constant K" in capsys.readouterr().err
+    assert main(["check", "--draft", "lookup"]) == 2
+    assert "--draft: the tree sampler needs a draft model" in capsys.readouterr().err
+
+
 def test_greedy_prompts_are_many_and_distinct() -> None:
     from specsample.cli._measure import greedy_prompts
 
@@ -228,3 +249,5 @@ def test_check_rejects_bad_arguments(capsys) -> None:  # type: ignore[no-untyped
     assert "--n: expected >= 100" in capsys.readouterr().err
     assert main(["check", "--settings", "t9"]) == 2
     assert "--settings: unknown ['t9']" in capsys.readouterr().err
+    assert main(["check", "--tv", "0"]) == 2
+    assert "--tv: expected a TV distance in (0, 1], got 0.0" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from specsample.sample import sample
 from specsample.verify import Verdict, assemble, final_token, num_accepted, token_probs, verify
 from specsample.warp import warp
 
-__all__ = ["DRAFTERS", "VERIFIERS", "MisreportingDrafter", "accept_if_le", "always_accept",
+__all__ = ["DRAFTERS", "LOOKAHEAD", "VERIFIERS", "MisreportingDrafter", "accept_if_le", "always_accept",
            "argmax_draft_softmax_q", "bonus_from_wrong_position", "lenient", "never_accept",
            "p_shifted", "raw_logits_q", "resample_from_p", "temperature_in_verify_only"]
 
@@ -112,6 +112,10 @@ VERIFIERS: dict[str, Callable[..., Verdict]] = {
     "accept-if-le": accept_if_le,
     "lenient-0.5": lenient(0.5),
 }
+
+# Positions past its own that a rule reads to decide a position (0 unless listed); samplers
+# that leave out laws nothing needs, as `tree_samples` does, must compute these too.
+LOOKAHEAD: dict[str, int] = {"p-shifted": 1}
 
 
 class MisreportingDrafter(ModelDrafter):
