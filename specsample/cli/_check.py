@@ -11,7 +11,14 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from specsample.cli._models import Loaded, _runner, add_model_options, config_from_args, load
+from specsample.cli._models import (
+    Loaded,
+    _runner,
+    add_model_options,
+    config_from_args,
+    load,
+    next_logits,
+)
 from specsample.generate import generate, generate_plain
 from specsample.params import SamplingParams
 from specsample.testing import (
@@ -188,8 +195,7 @@ def run(args: argparse.Namespace) -> int:
         began = time.perf_counter()
         spec, plain = draw(loaded, args, prompt, params, verifier, bar)
         bar.close()
-        logits, _ = target.forward(prompt, target.new_cache(1, prompt.shape[1] + 1))
-        exact = np.asarray(warp(logits[0, -1].double(), params).cpu())
+        exact = np.asarray(warp(next_logits(target, prompt).double(), params).cpu())
         top, expected = _top_outcomes(exact, BINS)
         results: dict[str, FitResult | HomogeneityResult] = {
             "first token, spec vs exact p (top 7 + rest)": goodness_of_fit(

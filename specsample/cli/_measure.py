@@ -11,6 +11,7 @@ from typing import Any
 from tqdm import tqdm
 
 from specsample.cli._bench import machine, write_json
+from specsample.cli._models import next_logits
 from specsample.generate import generate, generate_plain, iterate
 from specsample.params import SamplingParams
 
@@ -144,9 +145,7 @@ def greedy_sizes(args: argparse.Namespace) -> tuple[int, int]:
 
 def _gap(target: Any, backend: Any, ids: list[int]) -> tuple[float, int, int]:
     """(top-1 minus top-2 logit, top-1 id, top-2 id) of the target's next token after `ids`."""
-    prompt = backend.asarray([ids])
-    logits, _ = target.forward(prompt, target.new_cache(1, len(ids) + 1))
-    top = logits[0, -1].double().topk(2)
+    top = next_logits(target, backend.asarray([ids])).double().topk(2)
     values, tokens = top.values.tolist(), top.indices.tolist()
     return values[0] - values[1], int(tokens[0]), int(tokens[1])
 

@@ -178,6 +178,12 @@ def _batch(backend: Backend, rows: Sequence[list[int]], pad: int) -> tuple[Any, 
     return ids, backend.asarray([len(r) for r in rows])
 
 
+def next_logits(target: Model, prompt: Any) -> Any:
+    """The target's logits [V] for the token after `prompt` [1, T], from a fresh cache."""
+    logits, _ = target.forward(prompt, target.new_cache(1, int(prompt.shape[1]) + 1))
+    return logits[0, -1]
+
+
 def _runner(backend: Backend, name: str, core: Callable[..., Any]) -> Callable[..., Any]:
     """The backend's own generate/iterate when it has one, else the core's."""
     own = getattr(backend, name, None)
