@@ -29,7 +29,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from specsample_backends.torch import opaque
-from specsample_backends.torch._fast import LlamaLayer, LlamaStack, _rms, _rope
+from specsample_backends.torch._fast import LlamaLayer, LlamaStack, _rms, decoder_layer
 from torch import Tensor, nn
 
 from .verify import commit, sample_tensor, verify_tensor
@@ -93,25 +93,23 @@ class LayerStep(nn.Module):
                 q_key: Tensor, k_key: Tensor, v_key: Tensor, o_key: Tensor,
                 gate_key: Tensor, up_key: Tensor, down_key: Tensor) -> Tensor:
         """The layer's output [B, T, D]; `positions` is [B, 1, T]."""
-        batch, width = x.shape[0], x.shape[1]
-        heads, kv_heads, hd, out = self.heads, self.kv_heads, self.hd, self.out
-        rep = heads // kv_heads
-        h = _rms(x, input_norm, self.eps)
-        q = opaque.call(h, q_key, out["q"]).view(batch, width, heads, hd).transpose(1, 2)
-        k = opaque.call(h, k_key, out["k"]).view(batch, width, kv_heads, hd).transpose(1, 2)
-        v = opaque.call(h, v_key, out["v"]).view(batch, width, kv_heads, hd).transpose(1, 2)
-        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        batch, out = x.shape[0], self.out
+        keys_of = {"q": q_key, "k": k_key, "v": v_key, "o": o_key, "gate": gate_key, "up": up_key,
+                   "down": down_key}
         rows = torch.arange(batch, device=x.device)[:, None, None]  # [B, 1, 1]
-        kv_rows = torch.arange(kv_heads, device=x.device)[None, :, None]  # [1, H_kv, 1]
-        keys.index_put_((rows, kv_rows, positions), k)
-        values.index_put_((rows, kv_rows, positions), v)
-        q = q.reshape(batch, kv_heads, rep * width, hd)
-        a = F.scaled_dot_product_attention(q, keys, values, attn_mask=group_mask)
-        a = a.reshape(batch, heads, width, hd).transpose(1, 2).reshape(batch, width, heads * hd)
-        x = x + opaque.call(a, o_key, out["o"])
-        h = _rms(x, post_norm, self.eps)
-        gated = self.act(opaque.call(h, gate_key, out["gate"])) * opaque.call(h, up_key, out["up"])
-        return x + opaque.call(gated, down_key, out["down"])
+        kv_rows = torch.arange(self.kv_heads, device=x.device)[None, :, None]  # [1, H_kv, 1]
+
+        def linear(name: str, h: Tensor) -> Tensor:
+            return opaque.call(h, keys_of[name], out[name])
+
+        def write(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+            keys.index_put_((rows, kv_rows, positions), k)  # in place under the compiler too
+            values.index_put_((rows, kv_rows, positions), v)
+            return keys, values
+
+        return decoder_layer(x, cos, sin, group_mask, (input_norm, post_norm), linear, write,
+                             heads=self.heads, kv_heads=self.kv_heads, hd=self.hd, eps=self.eps,
+                             act=self.act)
 
 
 class HeadStep(nn.Module):

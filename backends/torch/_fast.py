@@ -150,6 +150,37 @@ def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotated * sin
 
 
+def decoder_layer(x: Tensor, cos: Tensor, sin: Tensor, group_mask: Tensor,
+                  norms: tuple[Tensor, Tensor], linear: Callable[[str, Tensor], Tensor],
+                  write: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], *, heads: int,
+                  kv_heads: int, hd: int, eps: float, act: Callable[[Tensor], Tensor]) -> Tensor:
+    """One Llama decoder layer: x [B, T, D] -> x, for the eager path and the compiled pieces.
+
+    Args:
+        cos, sin: rotary tables [B, 1, T, hd].
+        group_mask: bool [B, 1, rep*T, C] (see `llama_forward`).
+        norms: the input and post-attention RMSNorm scales.
+        linear: linear(name, h) applies the layer's linear `name` (q, k, v, o, gate, up, down).
+        write: write(k, v) stores the new K/V [B, H_kv, T, hd] in place and returns the
+            whole (keys, values) buffers [B, H_kv, C, hd].
+        heads, kv_heads, hd, eps, act: the stack's query and K/V heads, head size, RMSNorm
+            epsilon and MLP activation.
+    """
+    batch, width = x.shape[0], x.shape[1]
+    rep = heads // kv_heads
+    h = _rms(x, norms[0], eps)
+    q = _rope(linear("q", h).view(batch, width, heads, hd).transpose(1, 2), cos, sin)  # [B, H, T, hd]
+    k = _rope(linear("k", h).view(batch, width, kv_heads, hd).transpose(1, 2), cos, sin)
+    v = linear("v", h).view(batch, width, kv_heads, hd).transpose(1, 2)  # [B, H_kv, T, hd]
+    keys, values = write(k, v)
+    q = q.reshape(batch, kv_heads, rep * width, hd)
+    a = F.scaled_dot_product_attention(q, keys, values, attn_mask=group_mask)
+    a = a.reshape(batch, heads, width, hd).transpose(1, 2).reshape(batch, width, heads * hd)
+    x = x + linear("o", a)
+    h = _rms(x, norms[1], eps)
+    return x + linear("down", act(linear("gate", h)) * linear("up", h))
+
+
 def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Tensor,
                   buffers: tuple[tuple[Tensor, Tensor], ...]) -> Tensor:
     """Hidden states -> logits, writing K/V at `positions` into `buffers` in place.
@@ -175,16 +206,16 @@ def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Te
     group_mask = mask[:, :, None].expand(batch, 1, rep, width, mask.shape[-1]).reshape(
         batch, 1, rep * width, mask.shape[-1])  # [B, 1, rep*T, C]
     for layer, (keys, values) in zip(stack.layers, buffers, strict=True):
-        h = _rms(x, layer.input_norm, stack.eps)
-        q = _rope(layer.q(h).view(batch, width, heads, hd).transpose(1, 2), cos, sin)  # [B, H, T, hd]
-        k = _rope(layer.k(h).view(batch, width, kv_heads, hd).transpose(1, 2), cos, sin)
-        v = layer.v(h).view(batch, width, kv_heads, hd).transpose(1, 2)  # [B, H_kv, T, hd]
-        keys.scatter_(2, index, k)
-        values.scatter_(2, index, v)
-        q = q.reshape(batch, kv_heads, rep * width, hd)
-        a = F.scaled_dot_product_attention(q, keys, values, attn_mask=group_mask)
-        a = a.reshape(batch, heads, width, hd).transpose(1, 2).reshape(batch, width, heads * hd)
-        x = x + layer.o(a)
-        h = _rms(x, layer.post_norm, stack.eps)
-        x = x + layer.down(stack.act(layer.gate(h)) * layer.up(h))
+        def write(k: Tensor, v: Tensor, keys: Tensor = keys, values: Tensor = values
+                  ) -> tuple[Tensor, Tensor]:
+            keys.scatter_(2, index, k)
+            values.scatter_(2, index, v)
+            return keys, values
+
+        def linear(name: str, h: Tensor, layer: LlamaLayer = layer) -> Tensor:
+            return getattr(layer, name)(h)  # type: ignore[no-any-return]
+
+        x = decoder_layer(x, cos, sin, group_mask, (layer.input_norm, layer.post_norm), linear,
+                          write, heads=heads, kv_heads=kv_heads, hd=hd, eps=stack.eps,
+                          act=stack.act)
     return stack.head(_rms(x, stack.norm, stack.eps))  # [B, T, V]
