@@ -28,9 +28,13 @@ def predicted_speedup(alpha: float, k: int, c: float) -> float:
 
     Assumes i.i.d. acceptance with rate alpha and a draft costing c target forwards.
     """
+    return expected_tokens_per_round(alpha, k) / (k * _cost_ratio(c) + 1)
+
+
+def _cost_ratio(c: float) -> float:
     if not math.isfinite(c) or c < 0:
         raise ValueError(f"c: expected a finite cost ratio >= 0, got {c}")
-    return expected_tokens_per_round(alpha, k) / (k * c + 1)
+    return c
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -98,8 +102,7 @@ class Metrics:
         expected tokens and the cost (K c + 1 target forwards) of each round are summed:
         sum_K n_K E(alpha, K) / sum_K n_K (K c + 1); a constant K gives Thm 3.8 itself.
         """
-        if not math.isfinite(c) or c < 0:
-            raise ValueError(f"c: expected a finite cost ratio >= 0, got {c}")
+        c = _cost_ratio(c)
         runs = [(k, n) for k, n in enumerate(self.k_counts) if n and k >= 1]
         if not runs:
             return predicted_speedup(self.alpha, max(1, round(self.mean_k)), c)
