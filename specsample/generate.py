@@ -125,7 +125,7 @@ def iterate(target: Model, drafter: Drafter, input_ids: Array, *, max_new_tokens
     while not bool(xp.all(state.done)):  # the one host read of a round
         kk = policy.next_k(metrics)
         if callable(shorten):
-            kk = max(1, min(kk, int(shorten(state.tokens, state.lengths, kk))))
+            kk = max(0, min(kk, int(shorten(state.tokens, state.lengths, kk))))
         began = time.perf_counter()
         u = uniforms(seed, index, int(prompt.shape[0]), 2 * kk + 1, like=state.tokens)
         state, result = round_step(state, target, drafter, k=kk, params=params, uniforms=u,

@@ -19,10 +19,13 @@ class PromptLookupDrafter:
     most recent match are proposed. With no match, the last token is repeated.
     Any deterministic guess is lossless; a good one is merely accepted more often.
 
-    `draft_length` lets the eager loop verify only one draft in rounds where no row's
-    context ends in an n-gram of at least `confident` tokens seen before: a guess from a
-    shorter match is rarely accepted and does not pay for a wider verify forward. The choice
-    reads the committed tokens only, so it does not change the output law.
+    `draft_length` shortens rounds where no row's context ends in an n-gram of at least
+    `confident` tokens seen before: one draft after a shorter match (rarely accepted, but a
+    2-token verify costs about as much as a plain step), and a plain step (K = 0: one token
+    from p, no draft) when no row has any match, since repeating the last token is no guess.
+    A wide verify is not free on a CPU (7 positions cost about 1.4 one-token forwards for a
+    135M model), so only a confident match earns all K drafts. The choice reads the
+    committed tokens only, so it does not change the output law.
 
     Args:
         ngram_max: the longest suffix tried, >= ngram_min.
@@ -67,19 +70,28 @@ class PromptLookupDrafter:
         return xp.max(xp.where(match, pos, -1), axis=1)
 
     def draft_length(self, tokens: Array, lengths: Array, k: int) -> int:
-        """k if some row's last `confident` tokens occurred before, else 1 (a host read).
+        """The drafts worth verifying this round (a host read).
+
+        k if some row's last `confident` tokens occurred before; else 1 if some row's
+        last `ngram_min` tokens did; else 0 (a plain step).
 
         Args:
             tokens: int [B, C] committed ids, row b valid on [0, lengths[b]).
             lengths: int [B], each >= 1.
             k: the K the policy chose, >= 1.
         """
-        if self.confident is None or k <= 1:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"k: expected an int >= 0, got {k!r}")
+        if self.confident is None or k == 0:
             return k
         xp = namespace(tokens, lengths)
         tokens, lengths = xp.astype(tokens, xp.int64), xp.astype(lengths, xp.int64)
-        found = self._last_match(xp, tokens, lengths, self.confident)
-        return k if bool(xp.any(found >= 0)) else 1
+        if bool(xp.any(self._last_match(xp, tokens, lengths, self.confident) >= 0)):
+            return k
+        if self.confident == self.ngram_min:  # the confident match was the shortest one
+            return 0
+        return min(k, 1) if bool(xp.any(self._last_match(xp, tokens, lengths, self.ngram_min)
+                                        >= 0)) else 0
 
     def propose(self, state: Any, tokens: Array, lengths: Array, k: int,
                 params: SamplingParams, uniforms: Array) -> Proposal:

@@ -11,12 +11,15 @@ __all__ = ["Metrics", "expected_tokens_per_round", "predicted_speedup", "tally"]
 def _check_alpha_k(alpha: float, k: int) -> None:
     if not 0 <= alpha <= 1:
         raise ValueError(f"alpha: expected a rate in [0, 1], got {alpha}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k: expected an int >= 1, got {k!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k: expected an int >= 0, got {k!r}")
 
 
 def expected_tokens_per_round(alpha: float, k: int) -> float:
-    """E[tokens per round] = (1 - alpha^(K+1)) / (1 - alpha) (Leviathan et al., Eq. 1)."""
+    """E[tokens per round] = (1 - alpha^(K+1)) / (1 - alpha) (Leviathan et al., Eq. 1).
+
+    K = 0 (a plain step) gives 1.
+    """
     _check_alpha_k(alpha, k)
     if alpha == 1:
         return float(k + 1)
@@ -47,9 +50,9 @@ class Metrics:
         drafted: draft tokens proposed to active rows.
         accepted: draft tokens accepted.
         emitted: tokens committed (accepted + final, cut at EOS / max tokens).
-        histogram: histogram[n] = row-rounds that accepted exactly n drafts.
+        histogram: histogram[n] = row-rounds with drafts (K >= 1) that accepted exactly n.
         full_rounds: row-rounds that accepted every draft (no rejection).
-        k_counts: k_counts[k] = rounds run with K = k.
+        k_counts: k_counts[k] = rounds run with K = k (K = 0: a plain step, no draft).
         elapsed_s: wall time of the rounds, in seconds.
     """
 
@@ -101,9 +104,10 @@ class Metrics:
         With rounds at several K (an adaptive policy, a drafter that shortens rounds), the
         expected tokens and the cost (K c + 1 target forwards) of each round are summed:
         sum_K n_K E(alpha, K) / sum_K n_K (K c + 1); a constant K gives Thm 3.8 itself.
+        A plain step (K = 0) counts as one token for one forward.
         """
         c = _cost_ratio(c)
-        runs = [(k, n) for k, n in enumerate(self.k_counts) if n and k >= 1]
+        runs = [(k, n) for k, n in enumerate(self.k_counts) if n]
         if not runs:
             return predicted_speedup(self.alpha, max(1, round(self.mean_k)), c)
         tokens = sum(n * expected_tokens_per_round(self.alpha, k) for k, n in runs)
@@ -128,7 +132,7 @@ def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
     """Add one round (per-row accepted and emitted counts) to `metrics`."""
     histogram = metrics.histogram
     rows = [i for i, a in enumerate(active) if a]
-    for i in rows:
+    for i in rows if k >= 1 else []:
         histogram = _add_at(histogram, accepted[i], 1)
     return dataclasses.replace(
         metrics,

@@ -6,10 +6,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from specsample._array import Array, device, namespace
+from specsample._array import Array, check_shape, device, namespace
 from specsample.cache import Cache, rollback
 from specsample.params import SamplingParams
 from specsample.protocols import Drafter, Model
+from specsample.sample import sample
 from specsample.verify import Verdict, verify
 from specsample.warp import warp
 
@@ -99,20 +100,41 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
                verifier: Callable[..., Verdict] = verify) -> tuple[State, RoundResult]:
     """Draft k tokens, score them with one target forward, verify, commit.
 
+    With k = 0 the round is a plain step: one token per row sampled from p with
+    `uniforms[:, 0]`, no draft and no verify (a drafter with nothing to propose, such as
+    prompt lookup without a match, asks for it). Only a stateless drafter (state None)
+    may skip a round, since its state does not have to follow the committed tokens.
+
     Args:
+        k: drafts per row, >= 0.
         uniforms: [B, 2k+1] in [0, 1): k for drafting, k+1 for verification.
         eos: a token id that ends a row, or None.
         check: validate the verify inputs.
         verifier: the acceptance rule, `verify` unless studying another one
             (the statistical tests swap in broken rules to show they are caught).
     """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k: expected an int >= 0, got {k!r}")
     xp = namespace(state.tokens)
-    proposal = drafter.propose(state.draft_state, state.tokens, state.lengths, k, params,
-                               uniforms[:, :k])
     last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
-    logits, cache = target.forward(xp.concat([last, proposal.tokens], axis=1), state.target_cache)
-    target_probs = warp(logits, params, check=check)  # [B, K+1, V]
-    verdict = verifier(proposal.tokens, proposal.probs, target_probs, uniforms[:, k:], check=check)
+    if k == 0:
+        if state.draft_state is not None:
+            raise ValueError(f"k: 0 (a plain step) needs a stateless drafter (state None), got a "
+                             f"{type(state.draft_state).__name__} state; use k >= 1")
+        check_shape("uniforms", uniforms, (int(state.tokens.shape[0]), 1))
+        logits, cache = target.forward(last, state.target_cache)
+        final = sample(warp(logits[:, 0, :], params, check=check), uniforms[:, 0], check=check)
+        verdict = Verdict(tokens=final[:, None], num_accepted=xp.zeros_like(state.lengths))
+        draft_state = None
+    else:
+        proposal = drafter.propose(state.draft_state, state.tokens, state.lengths, k, params,
+                                   uniforms[:, :k])
+        logits, cache = target.forward(xp.concat([last, proposal.tokens], axis=1),
+                                       state.target_cache)
+        target_probs = warp(logits, params, check=check)  # [B, K+1, V]
+        verdict = verifier(proposal.tokens, proposal.probs, target_probs, uniforms[:, k:],
+                           check=check)
+        draft_state = proposal.state
     emitted = _emitted(xp, verdict, state, eos)
     tokens = _write(xp, state.tokens, state.lengths, verdict.tokens, emitted)
     lengths = state.lengths + emitted
@@ -121,7 +143,7 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
         done = done | xp.any((tokens == eos) & _window(xp, tokens, state.lengths, emitted), axis=1)
     new = State(tokens=tokens, lengths=lengths, stop_lengths=state.stop_lengths,
                 target_cache=rollback(cache, lengths - 1),
-                draft_state=drafter.advance(proposal.state, lengths), done=done)
+                draft_state=drafter.advance(draft_state, lengths), done=done)
     return new, RoundResult(verdict=verdict, emitted=emitted, active=~state.done)
 
 

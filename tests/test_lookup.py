@@ -95,11 +95,17 @@ def test_draft_length_is_k_only_after_a_confident_match(lib: str) -> None:
         tokens, lengths = torch.from_numpy(tokens), torch.from_numpy(lengths)
     drafter = PromptLookupDrafter()
     assert drafter.confident == 2
-    assert drafter.draft_length(tokens, lengths, 4) == 1
+    assert drafter.draft_length(tokens, lengths, 4) == 1  # a 1-gram match: one draft
+    assert drafter.draft_length(tokens, lengths, 0) == 0
     assert PromptLookupDrafter(confident=1).draft_length(tokens, lengths, 4) == 4
     assert PromptLookupDrafter(confident=None).draft_length(tokens, lengths, 4) == 4
     more, more_lengths = _pad([*rows, [1, 2, 3, 1, 2]], 8, fill=5)  # a 2-gram match in row 2
     assert drafter.draft_length(more, more_lengths, 4) == 4
+    none, none_lengths = _pad([[5, 6, 7], [7]], 8, fill=5)  # no match at all: a plain step
+    if lib == "torch":
+        none, none_lengths = torch.from_numpy(none), torch.from_numpy(none_lengths)
+    assert drafter.draft_length(none, none_lengths, 4) == 0
+    assert PromptLookupDrafter(confident=1).draft_length(none, none_lengths, 4) == 0
     assert PromptLookupDrafter(3, 3).confident == 3
 
 
@@ -112,7 +118,12 @@ def test_shortened_rounds_keep_greedy_output_and_count_each_k() -> None:
     plain = generate_plain(target, prompts, prompt_lengths=lengths, max_new_tokens=40, params=greedy)
     assert np.array_equal(spec.sequences, plain.sequences)
     counts = spec.metrics.k_counts
-    assert counts[1] > 0 and counts[4] > 0 and sum(counts) == spec.metrics.rounds
+    assert counts[0] > 0 and counts[1] > 0 and counts[4] > 0 and sum(counts) == spec.metrics.rounds
+    # Plain steps draft nothing and stay out of the accepted-length histogram.
+    drafting = sum(counts[1:])
+    assert spec.metrics.drafted == sum(k * n for k, n in enumerate(counts))
+    assert sum(spec.metrics.histogram) == drafting
+    assert spec.metrics.emitted == 40
 
 
 @pytest.mark.parametrize(("args", "match"), [((0, 1), "ngram_max"), ((2, 3), "ngram_min"),
@@ -131,3 +142,5 @@ def test_bad_inputs() -> None:
         drafter.propose(None, tokens, lengths, 0, PARAMS, None)
     with pytest.raises(ValueError, match="lengths"):
         drafter.propose(None, tokens, lengths[None], 2, PARAMS, None)
+    with pytest.raises(ValueError, match="k: expected an int >= 0, got -1"):
+        drafter.draft_length(tokens, lengths, -1)

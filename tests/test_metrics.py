@@ -48,7 +48,7 @@ def test_predicted_speedup_example() -> None:
 
 @pytest.mark.parametrize(("alpha", "k", "match"), [
     (-0.1, 3, "alpha"), (1.1, 3, "alpha"), (math.nan, 3, "alpha"),
-    (0.5, 0, "k"), (0.5, -1, "k"), (0.5, 2.0, "k"), (0.5, True, "k"),
+    (0.5, -1, "k"), (0.5, 2.0, "k"), (0.5, True, "k"),
 ])
 def test_bad_alpha_or_k(alpha: float, k: int, match: str) -> None:
     with pytest.raises(ValueError, match=f"^{match}: expected") as info:
@@ -147,6 +147,22 @@ def test_predicted_speedup_sums_rounds_of_each_k() -> None:
     assert metrics.predicted_speedup(c) == pytest.approx(tokens / (2 * (1 * c + 1) + (4 * c + 1)))
     with pytest.raises(ValueError, match="c: expected a finite cost ratio >= 0, got -1"):
         metrics.predicted_speedup(-1)
+
+
+def test_plain_steps_count_one_token_for_one_forward() -> None:
+    # K = 0 rounds (a drafter with nothing to propose): no drafts, no histogram entry, alpha
+    # from the drafted rounds only, and one token per target forward in the prediction.
+    assert expected_tokens_per_round(0.7, 0) == 1.0 and predicted_speedup(0.7, 0, 0.3) == 1.0
+    metrics = tally(Metrics(), k=3, accepted=[2], emitted=[3], active=[True], elapsed_s=0.0)
+    alone = metrics
+    for _ in range(3):
+        metrics = tally(metrics, k=0, accepted=[0], emitted=[1], active=[True], elapsed_s=0.0)
+    assert metrics.k_counts == (3, 0, 0, 1) and metrics.histogram == alone.histogram
+    assert metrics.drafted == 3 and metrics.alpha == alone.alpha == pytest.approx(2 / 3)
+    assert metrics.mean_tokens_per_round == pytest.approx(6 / 4)
+    c = 0.1
+    assert metrics.predicted_speedup(c) == pytest.approx(
+        (expected_tokens_per_round(2 / 3, 3) + 3) / ((3 * c + 1) + 3))
 
 
 def test_as_dict_is_json_serialisable() -> None:

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from specsample.cache import rollback
 from specsample.config import ENV_PREFIX, Config
 from specsample.generate import Generation, Step, generate, generate_plain, iterate
-from specsample.metrics import Metrics, predicted_speedup
+from specsample.metrics import Metrics
 from specsample.params import SamplingParams
 from specsample.policy import KPolicy, k_policy
 from specsample.protocols import Drafter, Model
@@ -606,7 +606,7 @@ def _add_acceptance(record: dict[str, Any], runs: Sequence[Mapping[str, Any]], c
         t = _merge([r["metrics"] for r in runs if r["tag"] == tag])
         entry.update(alpha=t.alpha, acceptance_rate=t.acceptance_rate,
                      mean_tokens_per_round=t.mean_tokens_per_round,
-                     predicted_speedup=predicted_speedup(t.alpha, max(1, round(t.mean_k)), c))
+                     predicted_speedup=t.predicted_speedup(c))
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
