@@ -126,6 +126,43 @@ def test_generate_streams_text_and_metrics(capsys: pytest.CaptureFixture[str]) -
         assert word in out
 
 
+def test_efficiency_compares_rates_over_the_same_workload() -> None:
+    """Thm 3.8 predicts a ratio of rates, so efficiency divides all tokens over all seconds,
+    not the median run (which, for a mix of prompts, is whichever prompt is in the middle)."""
+    from specsample.metrics import Metrics, tally
+
+    def run(method: str, family: str, prompt: int, seconds: float,
+            metrics: Metrics | None) -> dict[str, object]:
+        return {"family": family, "method": method, "k": None if metrics is None else 3,
+                "temperature": 0.0, "prompt": prompt, "tag": "open" if prompt < 2 else "grounded",
+                "repeat": 0, "new_tokens": 60, "seconds": seconds, "tokens_per_s": 60 / seconds,
+                "metrics": None if metrics is None else metrics.as_dict()}
+
+    copy = tally(Metrics(), k=3, accepted=[3], emitted=[4], active=[True], elapsed_s=1.0)
+    miss = tally(Metrics(), k=3, accepted=[0], emitted=[1], active=[True], elapsed_s=1.0)
+    runs = [run("plain_ours", "plain", p, 4.0, None) for p in range(3)]
+    runs += [run("specsample", "specsample", 0, 4.4, miss), run("specsample", "specsample", 1, 4.2, miss),
+             run("specsample", "specsample", 2, 1.2, copy)]
+    spec = next(r for r in _models.summarise(runs, draft="lookup", c=0.0)
+                if r["method"] == "specsample")
+    assert spec["achieved_speedup"] == pytest.approx((60 / 4.2) / 15)  # the median run
+    assert spec["throughput_speedup"] == pytest.approx(12.0 / 9.8)
+    both = _models._merge([copy.as_dict(), miss.as_dict(), miss.as_dict()])
+    assert spec["predicted_speedup"] == pytest.approx(both.predicted_speedup(0.0))
+    assert spec["efficiency"] == pytest.approx(12.0 / 9.8 / both.predicted_speedup(0.0))
+    per_prompt = [4.0 / 4.4 / miss.predicted_speedup(0.0), 4.0 / 4.2 / miss.predicted_speedup(0.0),
+                  4.0 / 1.2 / copy.predicted_speedup(0.0)]
+    assert spec["efficiency_per_prompt"] == {"median": pytest.approx(sorted(per_prompt)[1]),
+                                             "min": pytest.approx(min(per_prompt)), "n_prompts": 3}
+    assert spec["by_tag"]["grounded"]["efficiency"] == pytest.approx(
+        (4.0 / 1.2) / copy.predicted_speedup(0.0))
+
+
+def spec_plain(records: dict[tuple[str, float], dict[str, object]]) -> str:
+    """The plain variant the greedy speedups are measured against."""
+    return str(records[("plain", 0.0)]["variant"])
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("smol")
 def test_bench_writes_json_and_pngs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -146,6 +183,15 @@ def test_bench_writes_json_and_pngs(tmp_path: Path, capsys: pytest.CaptureFixtur
         assert set(record["by_tag"]) == {"open"}
     spec = records[("specsample", 0.0)]
     assert 0 <= spec["alpha"] <= 1 and spec["predicted_speedup"] > 0 and spec["k"] == 4
+    # Efficiency compares rates over the whole workload: all tokens over all seconds.
+    runs = [r for r in payload["runs"] if r["temperature"] == 0.0]
+    mine = [r for r in runs if r["method"] == "specsample"]
+    plain = [r for r in runs if r["method"] == spec_plain(records)]
+    rate = sum(r["new_tokens"] for r in mine) / sum(r["seconds"] for r in mine)
+    base = sum(r["new_tokens"] for r in plain) / sum(r["seconds"] for r in plain)
+    assert spec["throughput_speedup"] == pytest.approx(rate / base)
+    assert spec["efficiency"] == pytest.approx(rate / base / spec["predicted_speedup"])
+    assert spec["efficiency_per_prompt"]["n_prompts"] == 1
     assert records[("plain", 0.0)]["variant"] in {"plain_ours", "plain_hf"}
     assert set(records[("hf_assisted", 0.7)]["variants_tokens_per_s"]) == {"hf_default", "hf_k4"}
     assert records[("plain", 0.7)]["achieved_speedup"] == 1.0
