@@ -78,7 +78,7 @@ class PromptLookupDrafter:
         Args:
             tokens: int [B, C] committed ids, row b valid on [0, lengths[b]).
             lengths: int [B], each >= 1.
-            k: the K the policy chose, >= 1.
+            k: the K the policy chose, >= 0.
         """
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ValueError(f"k: expected an int >= 0, got {k!r}")
