@@ -7,7 +7,7 @@ from typing import Any
 
 import array_api_compat
 
-__all__ = ["Array", "check_finite", "check_logits", "check_probs", "check_shape", "check_tokens",
+__all__ = ["Array", "check_finite", "check_int", "check_logits", "check_probs", "check_shape", "check_tokens",
            "check_uniforms", "device", "namespace", "rows_at"]
 
 # NumPy arrays and torch tensors both pass through; we type them loosely.
@@ -36,6 +36,12 @@ def rows_at(x: Array, index: Array) -> Array:
 
 def _shape(x: Array) -> tuple[int, ...]:
     return tuple(int(d) for d in x.shape)
+
+
+def check_int(name: str, value: object, minimum: int) -> None:
+    """Raise ValueError unless `value` is an int (not a bool) >= `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
 
 
 def check_shape(name: str, x: Array, shape: tuple[int | None, ...]) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from specsample._array import check_int
 from specsample.params import SamplingParams
 from specsample.policy import KPolicy, k_policy
 
@@ -56,8 +57,7 @@ class Config:
         object.__setattr__(self, "options", types.MappingProxyType(dict(self.options)))
         self.policy()  # validates k and the cost ratio
         self.params()  # validates the sampling fields
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed: expected an int >= 0, got {self.seed!r}")
+        check_int("seed", self.seed, 0)
 
     def backend_options(self) -> dict[str, Any]:
         """`options` less the ones the core reads itself (`cost_ratio`)."""

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from specsample._array import Array, check_shape, check_tokens, device, namespace
+from specsample._array import Array, check_int, check_shape, check_tokens, device, namespace
 from specsample.cache import rollback
 from specsample.metrics import Metrics, tally
 from specsample.params import SamplingParams
@@ -75,9 +75,8 @@ def _prompt(input_ids: Array, prompt_lengths: Array | None, vocab: int) -> tuple
 
 
 def _check_run(max_new_tokens: int, seed: int) -> None:
-    for name, value, low in (("max_new_tokens", max_new_tokens, 1), ("seed", seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+    check_int("max_new_tokens", max_new_tokens, 1)
+    check_int("seed", seed, 0)
 
 
 def _capacity(capacity: int | None, needed: int) -> int:

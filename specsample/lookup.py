@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from specsample._array import Array, check_shape, device, namespace
+from specsample._array import Array, check_int, check_shape, device, namespace
 from specsample.params import SamplingParams
 from specsample.protocols import Proposal
 
@@ -37,9 +37,8 @@ class PromptLookupDrafter:
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1,
                  confident: int | Literal["auto"] | None = "auto") -> None:
-        for name, value in (("ngram_max", ngram_max), ("ngram_min", ngram_min)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        check_int("ngram_max", ngram_max, 1)
+        check_int("ngram_min", ngram_min, 1)
         if ngram_min > ngram_max:
             raise ValueError(f"ngram_min: expected <= ngram_max = {ngram_max}, got {ngram_min}")
         if confident == "auto":
@@ -80,18 +79,16 @@ class PromptLookupDrafter:
             lengths: int [B], each >= 1.
             k: the K the policy chose, >= 0.
         """
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise ValueError(f"k: expected an int >= 0, got {k!r}")
+        check_int("k", k, 0)
         if self.confident is None or k == 0:
             return k
         xp = namespace(tokens, lengths)
         tokens, lengths = xp.astype(tokens, xp.int64), xp.astype(lengths, xp.int64)
         if bool(xp.any(self._last_match(xp, tokens, lengths, self.confident) >= 0)):
             return k
-        if self.confident == self.ngram_min:  # the confident match was the shortest one
-            return 0
-        return min(k, 1) if bool(xp.any(self._last_match(xp, tokens, lengths, self.ngram_min)
-                                        >= 0)) else 0
+        shorter = self.confident > self.ngram_min and bool(
+            xp.any(self._last_match(xp, tokens, lengths, self.ngram_min) >= 0))
+        return min(k, 1) if shorter else 0
 
     def propose(self, state: Any, tokens: Array, lengths: Array, k: int,
                 params: SamplingParams, uniforms: Array) -> Proposal:
@@ -108,8 +105,7 @@ class PromptLookupDrafter:
         xp = namespace(tokens, lengths)
         check_shape("tokens", tokens, (None, None))
         check_shape("lengths", lengths, (int(tokens.shape[0]),))
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k: expected an int >= 1, got {k!r}")
+        check_int("k", k, 1)
         tokens, lengths = xp.astype(tokens, xp.int64), xp.astype(lengths, xp.int64)
         # No match: pretend one ended at L-2, so the last token repeats.
         end = lengths - 2

@@ -5,14 +5,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from specsample._array import check_int
+
 __all__ = ["Metrics", "expected_tokens_per_round", "predicted_speedup", "tally"]
 
 
 def _check_alpha_k(alpha: float, k: int) -> None:
     if not 0 <= alpha <= 1:
         raise ValueError(f"alpha: expected a rate in [0, 1], got {alpha}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"k: expected an int >= 0, got {k!r}")
+    check_int("k", k, 0)
 
 
 def expected_tokens_per_round(alpha: float, k: int) -> float:

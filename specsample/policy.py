@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol, runtime_checkable
 
+from specsample._array import check_int
 from specsample.metrics import Metrics, predicted_speedup
 
 __all__ = ["AdaptiveK", "ConstantK", "KPolicy", "k_policy"]
@@ -31,8 +32,7 @@ class ConstantK:
     k: int = 4
 
     def __post_init__(self) -> None:
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
-            raise ValueError(f"k: expected an int >= 1, got {self.k!r}")
+        check_int("k", self.k, 1)
 
     @property
     def k_max(self) -> int:

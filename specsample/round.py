@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from specsample._array import Array, check_shape, device, namespace
+from specsample._array import Array, check_int, check_shape, device, namespace
 from specsample.cache import Cache, rollback
 from specsample.params import SamplingParams
 from specsample.protocols import Drafter, Model
@@ -113,8 +113,7 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
         verifier: the acceptance rule, `verify` unless studying another one
             (the statistical tests swap in broken rules to show they are caught).
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"k: expected an int >= 0, got {k!r}")
+    check_int("k", k, 0)
     xp = namespace(state.tokens)
     last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
     if k == 0:
