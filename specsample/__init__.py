@@ -1,6 +1,6 @@
 """specsample: speculative sampling whose output is exactly the target's law.
 
-The core is pure functions over NumPy arrays or torch tensors (through the
+The core is pure functions over NumPy, torch or JAX arrays (through the
 array API): `warp`, `sample`, `verify`, caches as values, one `round_step`, and
 the `generate` loop. Backends are chosen by name (`Config(backend=...)`).
 Notation: p is the target's law, q the draft's (Leviathan et al. 2023).
