@@ -9,7 +9,11 @@ comparisons turn it on for their own duration only (the `x64` fixture).
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -225,3 +229,15 @@ def test_rounds_over_toy_models_match_numpy(x64: None, drafter: str) -> None:
             assert np.array_equal(np.asarray(a), b)
     final_lengths = on_numpy[-1][1]
     assert np.all(final_lengths > lengths) and np.any(on_numpy[-1][2])  # it generated; a row finished
+
+
+def test_readme_example_runs() -> None:
+    # The example turns x64 on for its whole process: run it in a process of its own.
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("## Embedding the core (NumPy, torch, JAX)", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert code is not None and "jax.jit" in code[1]
+    run = subprocess.run([sys.executable, "-c", code[1]], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).parents[1])
+    assert run.returncode == 0, run.stderr
+    assert re.search(r"\[\[\s*-?\d+", run.stdout), run.stdout  # the printed tokens [B, K+1]
