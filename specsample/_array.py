@@ -20,8 +20,7 @@ def namespace(*arrays: Array) -> Any:
         return array_api_compat.array_namespace(*arrays)
     except TypeError as err:
         kinds = ", ".join(sorted({type(a).__name__ for a in arrays}))
-        raise TypeError(f"expected arrays of one array-API library (NumPy, torch, JAX, ...), "
-                        f"got {kinds}") from err
+        raise TypeError(f"expected arrays of one library (NumPy, torch, JAX, ...), got {kinds}") from err
 
 
 def device(x: Array) -> Any:

@@ -166,6 +166,12 @@ def test_checks_need_concrete_values(x64: None) -> None:
         jax.jit(lambda *a: _fields(verify(*a)))(drafts, q, p, u)
 
 
+def test_mixing_jax_and_numpy_is_an_error(x64: None) -> None:
+    drafts, q, p, u = (a[0] for a in _verify_case(np.random.default_rng(2), 1, 20, 4, 12))
+    with pytest.raises(TypeError, match=r"expected arrays of one library .* got ArrayImpl, ndarray"):
+        verify(jnp.asarray(drafts), q, p, u)
+
+
 def _dyadic_case(rng: np.random.Generator, n: int, batch: int, k: int, vocab: int):
     """Like _verify_case, with laws in multiples of 2^-8 and uniforms in multiples of 2^-12.
 
