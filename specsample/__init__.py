@@ -1,8 +1,8 @@
 """specsample: speculative sampling whose output is exactly the target's law.
 
 The core is pure functions over NumPy arrays or torch tensors (through the
-array API): `warp`, `sample`, `verify`, caches as values, one `round_step`, and
-the `generate` loop. Backends are chosen by name (`Config(backend=...)`).
+array API): `warp`, `sample`, `verify` (or `verify_block`), caches as values, one
+`round_step`, and the `generate` loop. Backends are chosen by name (`Config(backend=...)`).
 Notation: p is the target's law, q the draft's (Leviathan et al. 2023).
 """
 
@@ -18,7 +18,9 @@ from specsample.registry import available, get_backend
 from specsample.rng import uniforms
 from specsample.round import RoundResult, State, round_step, start
 from specsample.sample import sample
+from specsample.verifiers import get_verifier
 from specsample.verify import Verdict, verify
+from specsample.verify_block import verify_block
 from specsample.warp import warp
 
 __version__ = "0.1.0"
@@ -27,6 +29,6 @@ __all__ = [
     "AdaptiveK", "Cache", "Config", "ConstantK", "Drafter", "Generation", "KPolicy", "Metrics",
     "Model", "ModelDrafter", "Proposal", "RoundResult", "SamplingParams", "State", "Verdict",
     "available", "commit", "expected_tokens_per_round", "generate", "generate_plain",
-    "get_backend", "iterate", "predicted_speedup", "rollback", "round_step", "sample", "start",
-    "uniforms", "verify", "warp",
+    "get_backend", "get_verifier", "iterate", "predicted_speedup", "rollback", "round_step", "sample",
+    "start", "uniforms", "verify", "verify_block", "warp",
 ]
