@@ -28,7 +28,8 @@ from specsample.warp import warp
 
 __all__ = ["DRAFTERS", "LOOKAHEAD", "VERIFIERS", "MisreportingDrafter", "accept_if_le", "always_accept",
            "argmax_draft_softmax_q", "block_q_one", "block_without_correction", "bonus_from_wrong_position",
-           "lenient", "never_accept", "p_shifted", "raw_logits_q", "resample_from_p", "temperature_in_verify_only"]
+           "lenient", "never_accept", "p_shifted", "raw_logits_q", "resample_from_p",
+           "temperature_in_verify_only"]
 
 
 def resample_from_p(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
