@@ -114,7 +114,8 @@ def test_block_equals_token_wise_in_expectation_for_one_hot_drafts():
         return [Fraction(int(j == max(range(3), key=draft.law(c).__getitem__))) for j in range(3)]
 
     token, block = (_accepted(exact_round_law(target.law, argmax, (1, 2), k=3, vocab_size=3,
-                                              deterministic=True, verifier=rule)) for rule in ("token", "block"))
+                                              deterministic=True, verifier=rule))
+                    for rule in ("token", "block"))
     assert block == token
 
 

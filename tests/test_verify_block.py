@@ -139,7 +139,8 @@ _row = st.lists(st.integers(0, 4), min_size=4, max_size=4)
 def test_properties_on_small_laws(p_rows, q_rows, picks, u, deterministic):
     p = np.stack([_law(r) for r in p_rows])[None]  # [1, 3, 4], zeros included
     q = np.stack([_law(r) for r in q_rows])[None]  # [1, 2, 4]
-    drafts = np.array([[pick if q[0, i, pick] > 0 else int(np.argmax(q[0, i])) for i, pick in enumerate(picks)]])
+    drafts = np.array([[pick if q[0, i, pick] > 0 else int(np.argmax(q[0, i]))
+                        for i, pick in enumerate(picks)]])  # a token q can draw
     out = verify_block(drafts, None if deterministic else q, p, np.array([u]))
     n = int(out.num_accepted[0])
     assert 0 <= n <= 2
