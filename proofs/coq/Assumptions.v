@@ -40,6 +40,9 @@ Print Assumptions lawN_mean_closed.
 Print Assumptions speedup_closed.
 
 (* Block verification (Sun et al. 2025) *)
+Print Assumptions roundB_AR.
+Print Assumptions roundsB_AR.
+Print Assumptions block_speculative_prefix.
 Print Assumptions block_verification_complete.
 Print Assumptions F_complete.
 Print Assumptions sum_none.

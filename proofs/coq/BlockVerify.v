@@ -12,14 +12,16 @@
    x_1 .. x_tau and then y drawn from norm(max(0, p_tau * p c_tau - q c_tau))
    if tau < K (from p c_tau when that has no mass), or from p c_K if tau = K.
 
-   F c w h xs t below is the probability, over the uniforms, that tau is at
-   least the current position (with context c, weight w = p_i, test h, and
-   the remaining drafts xs) AND the tokens emitted from this position on are
-   t.  tau equals the current position when its test passes and no later one
-   does (none); otherwise tau is later and the next emitted token is the next
-   draft.  The law is stated in the completed-chunk form of Block.v
-   (chunk_complete): the emitted chunk, completed to K + 1 tokens by sampling
-   from the target, has the target's autoregressive law. *)
+   G c w h xs cont s below is the probability, over the uniforms, that tau is
+   at least the current position (with context c, weight w = p_i, test h and
+   the remaining drafts xs) AND the stream (the tokens the round emits from
+   this position on, then the process cont) starts with s: tau equals the
+   current position when its test passes and no later one does (none);
+   otherwise tau is later and the next emitted token is the next draft.  F is
+   the same for the emitted chunk alone.  Main results: roundB_AR and
+   roundsB_AR (the prefix-law form of Block.v's round_AR and rounds_AR),
+   block_speculative_prefix, and block_verification_complete (the form of
+   Block.v's chunk_complete). *)
 
 From mathcomp Require Import all_ssreflect all_algebra.
 From SpecSample Require Import SeqSum Block.
@@ -87,6 +89,19 @@ move=> w0; have a0 : 0 <= w * p c x by rewrite mulr_ge0.
 rewrite /step; have [->|qx0] := eqVneq (q c x) 0.
   by rewrite mul0r min_l.
 by rewrite minr_pmulr ?q_ge0 // mulr1 mulrCA mulfV // mulr1.
+Qed.
+
+Lemma perm1 (a b c d e f : R) : a * b * (c * d * e * f) = a * (c * e * f) * (b * d).
+Proof. by rewrite [c * d * e]mulrAC [c * e * d * f]mulrAC mulrACA. Qed.
+
+Lemma perm2 (a b e g : R) : a * b * (e * g) = e * a * (b * g).
+Proof. by rewrite mulrACA [e * a]mulrC. Qed.
+
+Lemma sum_pick (f : T -> R) y : \sum_i (i == y)%:R * f i = f y.
+Proof.
+rewrite (eq_bigr (fun i => if i == y then f i else 0)) => [|i _].
+  by rewrite -big_mkcond big_pred1_eq.
+by case: eqP => _ /=; rewrite ?mul1r ?mul0r.
 Qed.
 
 Lemma max_min (a b : R) : Num.max 0 (a - b) + Num.min b a = a.
@@ -212,5 +227,108 @@ rewrite (@eq_sumlen _ _ n _ (fun t => Q q (rcons c x) t + (-1) *
   by move=> t; rewrite mulN1r.
 by rewrite sumlenD sumlenZ sumQ // sum_none ?step_ge0 ?step_le1 ?ler01 // mulN1r opprB addrC subrK.
 Qed.
+
+(* --- the prefix-law form of Block.v: rounds of block verification ----------- *)
+
+(* G c w h xs cont s: probability that tau is at least the current position AND
+   the stream (the tokens the round emits from this position on, then the
+   process cont from the context the round ends in) starts with s. *)
+Fixpoint G (c : seq T) (w h : R) (xs : seq T) (cont : seq T -> seq T -> R) (s : seq T)
+    {struct xs} : R :=
+  match xs, s with
+  | [::], [::] => w
+  | [::], y :: s' => w * p c y * cont (rcons c y) s'
+  | x :: xs', [::] => 1 - (1 - h) * none (rcons c x) (step c w x) xs'
+  | x :: xs', y :: s' =>
+      h * none (rcons c x) (step c w x) xs' * resB c w y * cont (rcons c y) s'
+      + (x == y)%:R * G (rcons c x) (step c w x) (hB (rcons c x) (step c w x)) xs' cont s'
+  end.
+
+(* One round with K drafts from c (h_0 = 1), then cont: its prefix law. *)
+Definition roundB K cont c s := sumlen K (fun xs => Q q c xs * G c 1 1 xs cont s).
+
+Lemma none_h c w h : h * (Zm c w + (1 - w)) = Zm c w -> (1 - h) * (Zm c w + (1 - w)) = 1 - w.
+Proof. by move=> hh; rewrite mulrBl mul1r hh addrC addKr. Qed.
+
+Lemma G_AR n cont : (forall c s, cont c s = AR p c s) ->
+  forall c w h s, 0 <= w <= 1 -> h * (Zm c w + (1 - w)) = Zm c w ->
+  sumlen n (fun xs => Q q c xs * G c w h xs cont s) = w * AR p c s.
+Proof.
+move=> hc; elim: n => [|n IH] c w h [|y s] hw hh; have [w0 w1] := andP hw.
+- by rewrite /= mul1r mulr1.
+- by rewrite /= hc mul1r mulrA.
+- rewrite /= mulr1; transitivity (\sum_x (q c x - (1 - h) * (q c x * (1 - step c w x)))).
+    apply: eq_bigr => x _; rewrite (@eq_sumlen _ _ n _ (fun t => q c x * Q q (rcons c x) t
+      + (- (q c x * (1 - h))) * (Q q (rcons c x) t * none (rcons c x) (step c w x) t))).
+      rewrite sumlenD !sumlenZ sumQ // sum_none ?step_ge0 ?step_le1 // mulr1 mulNr.
+      by rewrite mulrAC [_ * (1 - h)]mulrC.
+    by move=> t; rewrite mulrBr mulr1 mulNr mulrACA.
+  rewrite sumrB q_sum1 -big_distrr /= mass_out // none_h //.
+  by rewrite opprB addrCA subrr addr0.
+- rewrite /= (eq_bigr (fun x => h * resB c w y * cont (rcons c y) s * (q c x * (1 - step c w x))
+      + (x == y)%:R * (q c x * (step c w x * AR p (rcons c x) s)))); last first.
+    move=> x _; rewrite (@eq_sumlen _ _ n _ (fun t =>
+      q c x * (h * resB c w y * cont (rcons c y) s) *
+        (Q q (rcons c x) t * none (rcons c x) (step c w x) t)
+      + (x == y)%:R * q c x * (Q q (rcons c x) t *
+        G (rcons c x) (step c w x) (hB (rcons c x) (step c w x)) t cont s))).
+      rewrite sumlenD !sumlenZ sum_none ?step_ge0 ?step_le1 //.
+      rewrite IH ?step_ge0 ?step_le1 ?hB_eq ?step_le1 //.
+      congr (_ + _); last by rewrite mulrA.
+      by rewrite [LHS]mulrAC [LHS]mulrC.
+    by move=> t /=; rewrite mulrDr perm1; congr (_ + _); exact: perm2.
+  rewrite big_split /= -big_distrr /= mass_out // sum_pick.
+  rewrite hc [h * _ * _ * _]mulrAC [h * _ * _]mulrAC hh Zm_resB mulrA -mulrDl q_step //.
+  by rewrite max_min mulrA.
+Qed.
+
+(* BLOCK THEOREM (prefix-law form): one round of block verification followed by
+   target sampling is target sampling, for every K, context and prefix. *)
+Theorem roundB_AR K cont : (forall c s, cont c s = AR p c s) ->
+  forall c s, roundB K cont c s = AR p c s.
+Proof.
+move=> hc c s; rewrite /roundB -[RHS]mul1r; apply: G_AR => //; first by rewrite ler01 lexx.
+by rewrite subrr addr0 mul1r.
+Qed.
+
+(* Rounds of block verification, each from the prefix emitted so far. *)
+Fixpoint roundsB (Ks : seq nat) (cont : seq T -> seq T -> R) :=
+  if Ks is K :: Ks' then roundB K (roundsB Ks' cont) else cont.
+
+Theorem roundsB_AR Ks c s : roundsB Ks (AR p) c s = AR p c s.
+Proof.
+elim: Ks c s => [|K Ks IH] c s //=.
+exact: roundB_AR.
+Qed.
+
+(* Each round emits at least one token, so the first n+1 tokens of a round
+   followed by cont depend on cont only through its first n tokens. *)
+Lemma G_agree n cont cont' :
+  (forall c s, (size s <= n)%N -> cont c s = cont' c s) ->
+  forall xs c w h s, (size s <= n.+1)%N -> G c w h xs cont s = G c w h xs cont' s.
+Proof.
+move=> hc; elim=> [|x xs IH] c w h [|y s] //= hs; first by rewrite hc.
+by rewrite IH ?hc // ltnW.
+Qed.
+
+Lemma roundsB_agree Ks n cont cont' :
+  (forall c s, (size s <= n)%N -> cont c s = cont' c s) ->
+  forall c s, (size s <= size Ks + n)%N -> roundsB Ks cont c s = roundsB Ks cont' c s.
+Proof.
+elim: Ks n => [|K Ks IH] n hc c s //=; first exact: hc.
+move=> hs; apply: eq_sumlen => xs; congr (_ * _); apply: (@G_agree (size Ks + n)) => //.
+by move=> c' s' hs'; exact: (IH n hc c' s' hs').
+Qed.
+
+(* PURE SPECULATIVE GENERATION with block verification: m rounds (any K per
+   round) fix the law of the first m tokens to the target's. *)
+Theorem block_speculative_prefix Ks cont : (forall c, cont c [::] = 1) ->
+  forall c s, (size s <= size Ks)%N -> roundsB Ks cont c s = AR p c s.
+Proof.
+move=> h1 c s hs; rewrite -(roundsB_AR Ks c s).
+apply: (@roundsB_agree Ks 0) => [c' [|//] _|]; first by rewrite h1.
+by rewrite addn0.
+Qed.
+
 
 End BlockVerify.
