@@ -46,4 +46,5 @@ Print Assumptions block_speculative_prefix.
 Print Assumptions block_verification_complete.
 Print Assumptions F_complete.
 Print Assumptions sum_none.
+Print Assumptions hB_range.
 Print Assumptions first_accepted.

@@ -138,6 +138,17 @@ move=> w1; rewrite /hB; have [d0|d0] := eqVneq (Zm c w + (1 - w)) 0.
 by rewrite divfK.
 Qed.
 
+(* h is a probability: the test eta < h passes with probability h. *)
+Lemma hB_range c w : w <= 1 -> 0 <= hB c w <= 1.
+Proof.
+move=> w1; rewrite /hB; have [d0|d0] := eqVneq (Zm c w + (1 - w)) 0.
+  by rewrite d0 invr0 mulr0 lexx ler01.
+have dpos : 0 < Zm c w + (1 - w).
+  by rewrite lt_neqAle eq_sym d0 addr_ge0 ?Zm_ge0 ?subr_ge0.
+rewrite divr_ge0 ?Zm_ge0 ?(ltW dpos) //= ler_pdivr_mulr // mul1r.
+by rewrite ler_addl subr_ge0.
+Qed.
+
 Lemma hB_none c w : w <= 1 -> (1 - hB c w) * (Zm c w + (1 - w)) = 1 - w.
 Proof. by move=> w1; rewrite mulrBl mul1r hB_eq // addrC addKr. Qed.
 
