@@ -37,10 +37,9 @@ def test_verify_block_tensor_equals_core_verify_block(seed: int, dtype: torch.dt
 
 
 def test_verify_block_tensor_compiles_as_one_graph() -> None:
-    x, q, p, u, lengths = _inputs(0, torch.float32)
+    # No graph break (fullgraph), static shapes; in float64 the compiled graph gives the core's tokens.
+    x, q, p, u, lengths = _inputs(0, torch.float64)
     compiled = torch.compile(verify_block_tensor, dynamic=False, fullgraph=True)
     tokens, n = compiled(x, q, p, u, lengths)
-    want_tokens, want_n = verify_block_tensor(x, q, p, u, lengths)
-    assert torch.equal(n, want_n)
-    # Compiled float32 may round differently only at interval boundaries: agree on nearly all rows.
-    assert (tokens == want_tokens).all(dim=1).float().mean() >= 0.95
+    want = verify_block(x, q, p, u, check=False, draft_lengths=lengths)
+    assert torch.equal(tokens, want.tokens) and torch.equal(n, want.num_accepted)
