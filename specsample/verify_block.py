@@ -25,7 +25,7 @@ __all__ = ["block_accepted", "block_final_token", "block_weights", "draft_laws",
 
 def verify_block(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
                  uniforms: Array, *, check: bool = True, draft_lengths: Array | None = None) -> Verdict:
-    """Accept the longest block prefix the joint test allows, then a correction or bonus token.
+    """Keep the drafts up to the last position whose block test passes, then a correction or bonus token.
 
     Same inputs, shapes and outputs as `specsample.verify`; static shapes and no
     host synchronisation (with check=False).
@@ -47,6 +47,7 @@ def verify_block(draft_tokens: Array, draft_probs: Array | None, target_probs: A
     if check:
         _check(draft_tokens, draft_probs, target_probs, uniforms)
         if draft_lengths is not None:
+            namespace(draft_tokens, draft_lengths)  # one array library
             _check_lengths(draft_lengths, *(int(d) for d in draft_tokens.shape))
     xp = namespace(draft_tokens, target_probs)
     batch, k = (int(d) for d in draft_tokens.shape)
