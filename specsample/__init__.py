@@ -24,6 +24,7 @@ from specsample.runner import Runner, load
 from specsample.sample import sample
 from specsample.verifiers import get_verifier
 from specsample.verify import Verdict, verify
+from specsample.verify_block import verify_block
 from specsample.warp import warp
 
 __version__ = "0.1.0"
@@ -66,5 +67,6 @@ __all__ = [
     "start",
     "uniforms",
     "verify",
+    "verify_block",
     "warp",
 ]

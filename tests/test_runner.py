@@ -53,7 +53,7 @@ def test_runner_options_and_their_errors(tmp_path: Path) -> None:
         runner.generate(["ab", "cd"], max_new_tokens=4, seed=[1, 2, 3])
     with pytest.raises(ValueError, match="prompts: expected non-empty strings"):
         runner.generate([""], max_new_tokens=4)
-    with pytest.raises(ValueError, match=r"verifier: expected one of \['token'"):
+    with pytest.raises(ValueError, match=r"verifier: unknown name 'tree-ish'; known: block, token"):
         RunOptions(max_new_tokens=4, verifier="tree-ish")
     with pytest.raises(ValueError, match="max_new_tokens: expected an int >= 1, got 0"):
         RunOptions(max_new_tokens=0)
