@@ -15,9 +15,9 @@ verification's (proofs/block_verification.md).
 
 from __future__ import annotations
 
-from specsample._array import Array, check_shape, device, namespace, rows_at
+from specsample._array import Array, device, namespace, rows_at
 from specsample.sample import sample
-from specsample.verify import Verdict, _check, assemble, token_probs
+from specsample.verify import Verdict, assemble, check_inputs, token_probs
 
 __all__ = ["block_accepted", "block_final_token", "block_weights", "draft_laws", "last_passed",
            "verify_block"]
@@ -45,10 +45,7 @@ def verify_block(draft_tokens: Array, draft_probs: Array | None, target_probs: A
         The Verdict (num_accepted = tau).
     """
     if check:
-        _check(draft_tokens, draft_probs, target_probs, uniforms)
-        if draft_lengths is not None:
-            namespace(draft_tokens, draft_lengths)  # one array library
-            _check_lengths(draft_lengths, *(int(d) for d in draft_tokens.shape))
+        check_inputs(draft_tokens, draft_probs, target_probs, uniforms, draft_lengths)
     xp = namespace(draft_tokens, target_probs)
     batch, k = (int(d) for d in draft_tokens.shape)
     if draft_lengths is None:
@@ -60,16 +57,6 @@ def verify_block(draft_tokens: Array, draft_probs: Array | None, target_probs: A
     tau = block_accepted(weights, q, target_probs, uniforms[:, :k], lengths)  # [B]
     final = block_final_token(weights, q, target_probs, tau, lengths, uniforms[:, k])
     return assemble(draft_tokens, tau, final)
-
-
-def _check_lengths(draft_lengths: Array, batch: int, k: int) -> None:
-    xp = namespace(draft_lengths)
-    check_shape("draft_lengths", draft_lengths, (batch,))
-    if not xp.isdtype(draft_lengths.dtype, "integral"):
-        raise TypeError(f"draft_lengths: expected an integer array, got dtype {draft_lengths.dtype}")
-    if batch and (bool(xp.any(draft_lengths < 0)) or bool(xp.any(draft_lengths > k))):
-        raise ValueError(f"draft_lengths: expected values in [0, {k}], got range "
-                         f"[{int(xp.min(draft_lengths))}, {int(xp.max(draft_lengths))}]")
 
 
 def draft_laws(draft_tokens: Array, draft_probs: Array | None, target_probs: Array) -> Array:

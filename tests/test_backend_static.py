@@ -133,6 +133,20 @@ def test_parity_with_eager_torch_backend_in_float64(models, backend) -> None:  #
         assert got.metrics.accepted == want.metrics.accepted
 
 
+def test_block_verifier_and_per_row_seeds_match_the_core_loop(models, backend) -> None:  # type: ignore[no-untyped-def]
+    """The compiled block rule and per-row seeds give the core loop's tokens (float64)."""
+    target, drafter = models
+    ids, lengths = _ragged()
+    for verifier, seed in [("block", 4), ("block", [3, 1, 4]), ("token", [9, 9, 2])]:
+        run = dict(max_new_tokens=16, params=PARAMS[1], k=3, seed=seed, prompt_lengths=lengths,
+                   verifier=verifier)
+        got = backend.generate(target, drafter, ids, RunOptions(**run))
+        want = generate(target, drafter, ids, **run)
+        assert torch.equal(got.sequences, want.sequences), (verifier, seed)
+    with pytest.raises(ValueError, match=r"verifier: the static-cpu backend compiles \['block', 'token'\]"):
+        backend.generate(target, drafter, ids, RunOptions(max_new_tokens=2, verifier=generate))
+
+
 def test_zero_recompilations_after_warm_up_over_200_rounds(models, backend) -> None:  # type: ignore[no-untyped-def]
     target, drafter = models
     ids, lengths = _ragged()

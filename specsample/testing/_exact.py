@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
 from specsample._array import check_int
+from specsample.metrics import expected_tokens_per_round as tokens_per_round
 
 __all__ = ["accepted_length_law", "autoregressive_law", "block_thresholds", "exact_round_law",
            "exact_sequence_law", "expected_tokens_per_round"]
@@ -294,7 +295,4 @@ def expected_tokens_per_round(alpha: Prob, k: int) -> Fraction:
     Returns:
         (1 - alpha^(k+1)) / (1 - alpha), or k + 1 when alpha = 1.
     """
-    rate, k = _acceptance(alpha), check_int("k", k, 1)
-    if rate == 1:
-        return Fraction(k + 1)
-    return (1 - rate ** (k + 1)) / (1 - rate)
+    return tokens_per_round(_acceptance(alpha), check_int("k", k, 1))
