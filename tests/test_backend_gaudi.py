@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from gaudi_stand_in import Bridge, RuleError, hpu_graph_rules, install
@@ -289,3 +290,55 @@ def test_on_hpu_greedy_tokens_equal_eager() -> None:
     run = dict(max_new_tokens=16, k=4, params=SamplingParams(temperature=0))
     got = backend.generate(target, drafter, ids, **run)
     assert got.new_tokens(0) == generate(target, drafter, ids, **run).new_tokens(0)
+
+
+# -- the device check, end to end through the stand-in ------------------------------------------
+
+
+def test_the_checks_law_test_passes_the_exact_law_and_fails_a_wrong_one(
+        models: tuple[HFModel, ModelDrafter]) -> None:
+    """n = 2000 first tokens on 8 outcomes, alpha = 1e-3: a sampler of the exact law fails with
+    probability <= 2e-3 (TV bound + G-test level); always the likeliest token is at TV > 0.8,
+    far above the detectable TV (about 0.13), so it fails except with probability <= 1e-3."""
+    from specsample_backends.gaudi.check import law
+
+    from specsample.warp import warp
+
+    target, _ = models
+    ids = [3, 14, 15, 9]
+    exact = warp(target.forward(torch.tensor([ids]), target.new_cache(1, 5))[0][0, -1],
+                 SamplingParams(temperature=1.0)).numpy()
+    rng = np.random.default_rng(0)
+    right = law(lambda rows, seed: rng.choice(V, size=rows, p=exact / exact.sum()), target, ids,
+                n=2000, rows=500, alpha=1e-3)
+    wrong = law(lambda rows, seed: np.full(rows, int(exact.argmax())), target, ids, n=2000, rows=500,
+                alpha=1e-3)
+    assert right.passed and not wrong.passed and wrong.tv > 0.8 > 0.2 > wrong.detectable_tv
+
+
+@no_habana
+@pytest.mark.slow
+def test_device_check_runs_end_to_end_and_prints_its_table(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A tiny random Llama with SmolLM2's tokenizer, saved as a model directory; the check's
+    defaults shrunk (n=200 first tokens: the law test's false-failure bound is alpha=1e-3)."""
+    from specsample_backends.gaudi import check
+    from specsample_backends.torch import loading
+
+    tokenizer = loading.load_tokenizer("smollm2")
+    tokenizer.save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(**{**TINY, "vocab_size": len(tokenizer)})).save_pretrained(tmp_path)
+    bridge = install(monkeypatch, Bridge(lazy=False))
+    status = check.main(["--target", str(tmp_path), "--drafter", "early-exit:1", "--device", "cpu",
+                         "--new", "6", "--n", "200", "--rows", "100", "--repeats", "1"])
+    out = capsys.readouterr().out
+    table = out[out.index("gaudi check: capture compile (PT_HPU_LAZY_MODE=0)"):].splitlines()
+    assert [line[: check.WIDTH].strip() for line in table[1:]] == [
+        "parity: greedy = CPU float32", "law: first token, n=200", "recompiles after warm-up",
+        "tokens/s this engine (compile)", "tokens/s transformers assisted",
+        "tokens/s transformers plain generate", "RESULT: PASS"], out
+    assert "0 other" in table[1] and "PASS TV" in table[2] and table[3].endswith(
+        "0 Dynamo graphs, n/a device compilations")
+    assert all(float(line[check.WIDTH:]) > 0 for line in table[4:7]), table
+    assert status == 0 and bridge.graphs and not bridge.wrapped
