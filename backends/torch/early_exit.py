@@ -15,7 +15,7 @@ def early_exit_draft(target: HFModel, num_layers: int) -> HFModel:
     """A draft model that stops after decoder layer `num_layers` (weights shared, own cache).
 
     Args:
-        target: a Llama-architecture target on the fast path.
+        target: a target on the fast path (an architecture in `_fast.ARCHITECTURES`).
         num_layers: N in [1, number of target layers].
     """
     if isinstance(num_layers, bool) or not isinstance(num_layers, int):
