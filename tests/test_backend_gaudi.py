@@ -318,10 +318,13 @@ def test_the_checks_law_test_passes_the_exact_law_and_fails_a_wrong_one(
 
 @no_habana
 @pytest.mark.slow
+@pytest.mark.parametrize(("lazy", "capture"), [(False, "compile"), (True, "hpu-graphs")])
 def test_device_check_runs_end_to_end_and_prints_its_table(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str],
+        lazy: bool, capture: str) -> None:
     """A tiny random Llama with SmolLM2's tokenizer, saved as a model directory; the check's
-    defaults shrunk (n=200 first tokens: the law test's false-failure bound is alpha=1e-3)."""
+    defaults shrunk (n=200 first tokens: the law test's false-failure bound is alpha=1e-3).
+    The capture follows the stand-in bridge's mode."""
     from specsample_backends.gaudi import check
     from specsample_backends.torch import loading
 
@@ -329,16 +332,16 @@ def test_device_check_runs_end_to_end_and_prints_its_table(
     tokenizer.save_pretrained(tmp_path)
     torch.manual_seed(0)
     LlamaForCausalLM(LlamaConfig(**{**TINY, "vocab_size": len(tokenizer)})).save_pretrained(tmp_path)
-    bridge = install(monkeypatch, Bridge(lazy=False))
+    bridge = install(monkeypatch, Bridge(lazy=lazy))
     status = check.main(["--target", str(tmp_path), "--drafter", "early-exit:1", "--device", "cpu",
                          "--new", "6", "--n", "200", "--rows", "100", "--repeats", "1"])
     out = capsys.readouterr().out
-    table = out[out.index("gaudi check: capture compile (PT_HPU_LAZY_MODE=0)"):].splitlines()
+    table = out[out.index(f"gaudi check: capture {capture} (PT_HPU_LAZY_MODE={int(lazy)})"):].splitlines()
     assert [line[: check.WIDTH].strip() for line in table[1:]] == [
         "parity: greedy = CPU float32", "law: first token, n=200", "recompiles after warm-up",
-        "tokens/s this engine (compile)", "tokens/s transformers assisted",
+        f"tokens/s this engine ({capture})", "tokens/s transformers assisted",
         "tokens/s transformers plain generate", "RESULT: PASS"], out
     assert "0 other" in table[1] and "PASS TV" in table[2] and table[3].endswith(
         "0 Dynamo graphs, n/a device compilations")
     assert all(float(line[check.WIDTH:]) > 0 for line in table[4:7]), table
-    assert status == 0 and bridge.graphs and not bridge.wrapped
+    assert status == 0 and bool(bridge.graphs) != lazy and bool(bridge.wrapped) == lazy
