@@ -25,12 +25,11 @@ from specsample._array import Array, device, namespace
 
 __all__ = ["kth_largest", "sorted_threshold", "top_p_threshold"]
 
-# Histogram buckets: 2^_SUB per octave over [2^-_OCTAVES, 2), everything smaller in bucket 0.
-_SUB = 5
-_OCTAVES = 64
-_BUCKETS = (_OCTAVES + 1) << _SUB
-# (mantissa bits, exponent bias, integer type of the same width) of the bucketed dtypes.
-_LAYOUT = {"float32": (23, 127, "int32"), "float64": (52, 1023, "int64")}
+# Histogram buckets: the top 12 bits of a float32 (sign, exponent, 3 mantissa bits); every
+# value in [0, 2) falls in [0, 4096), ordered as the values are. float64 is rounded to float32
+# first (rounding keeps the order).
+_BUCKETS = 1 << 12
+_SHIFT = 32 - 12
 
 
 def kth_largest(x: Array, k: int) -> Array:
@@ -64,7 +63,7 @@ def top_p_threshold(probs: Array, top_p: float) -> Array:
     """
     xp = namespace(probs)
     shape = tuple(int(d) for d in probs.shape)
-    if _layout(probs) is None or _roundoff(probs)[0] * shape[-1] > 0.25:
+    if not _layout(probs) or _roundoff(probs)[0] * shape[-1] > 0.25:
         return sorted_threshold(probs, top_p)
     rows = xp.reshape(probs, (-1, shape[-1]))  # [R, V]
     threshold, proven = _bucket_threshold(xp, rows, top_p)  # [R], [R]
@@ -83,10 +82,11 @@ def _sort_descending(x: Array) -> Array:
     return namespace(x).sort(x, axis=-1, descending=True)
 
 
-def _layout(x: Array) -> tuple[int, int, str] | None:
+def _layout(x: Array) -> bool:
+    """Whether the histogram path takes x (NumPy or torch, float32 or float64)."""
     if not (array_api_compat.is_torch_array(x) or array_api_compat.is_numpy_array(x)):
-        return None
-    return _LAYOUT.get(str(x.dtype).removeprefix("torch."))
+        return False
+    return str(x.dtype).removeprefix("torch.") in ("float32", "float64")
 
 
 def _roundoff(x: Array) -> tuple[float, float]:
@@ -110,38 +110,47 @@ def _bincount(keys: Array, weights: Array | None, length: int) -> Array:
 
 
 def _buckets(xp: Any, rows: Array) -> Array:
-    """Bucket of each value, non-decreasing in the value: rows [R, V] -> int64 [R, V]."""
-    mantissa, bias, width = _layout(rows)  # type: ignore[misc]
-    bits: Array
+    """Bucket of each value plus 4096 * its row: rows [R, V] -> int32 [R, V]."""
+    single = xp.astype(rows, xp.float32, copy=False)
     if array_api_compat.is_torch_array(rows):
         import torch
 
-        bits = rows.contiguous().view(getattr(torch, width)).to(torch.int64)
+        bits = single.contiguous().view(torch.int32)
     else:
-        bits = np.ascontiguousarray(rows).view(width).astype(np.int64)
-    key = (bits >> (mantissa - _SUB)) - ((bias - _OCTAVES) << _SUB)
-    return xp.clip(key, 0, _BUCKETS - 1)
+        bits = np.ascontiguousarray(single).view(np.int32)
+    offset = xp.arange(int(rows.shape[0]), dtype=xp.int32, device=device(rows))[:, None] * _BUCKETS
+    return (bits >> _SHIFT) + offset
+
+
+def _crossing(xp: Any, rows: Array, key: Array, p: float) -> tuple[Array, Array, Array, Array]:
+    """The bucket where each row's mass from the top reaches p (else its lowest with mass).
+
+    Returns:
+        crossing [R] (plus 4096 * row, as `key`), the mass above it [R], the row's mass [R],
+        and whether a bucket below it holds mass [R].
+    """
+    count = int(rows.shape[0])
+    weight = xp.reshape(xp.astype(rows, xp.float64, copy=False), (-1,))  # exact
+    hist = xp.reshape(_bincount(xp.reshape(key, (-1,)), weight, count * _BUCKETS), (count, _BUCKETS))
+    upto = xp.flip(xp.cumulative_sum(xp.flip(hist, axis=-1), axis=-1), axis=-1)  # mass in buckets >= b
+    lowest = xp.argmax(xp.astype(hist > 0, xp.int8), axis=-1)
+    local = xp.maximum(xp.sum(xp.astype(upto >= p, xp.int64), axis=-1) - 1, lowest)[:, None]  # [R, 1]
+    ids = xp.arange(_BUCKETS, device=device(rows))
+    above = xp.sum(xp.where(ids > local, hist, 0.0), axis=-1)
+    below = xp.any((ids < local) & (hist > 0), axis=-1)
+    crossing = xp.astype(local[:, 0], xp.int32) + xp.astype(xp.arange(count, device=device(rows)),
+                                                             xp.int32) * _BUCKETS
+    return crossing, above, upto[:, 0], below
 
 
 def _bucket_threshold(xp: Any, rows: Array, top_p: float) -> tuple[Array, Array]:
     """Candidate threshold of each row and whether it is proven: rows [R, V] -> [R], bool [R]."""
     count, vocab = (int(d) for d in rows.shape)
     p = float(xp.asarray(top_p, dtype=rows.dtype))  # `before < top_p` compares in rows' dtype
-    dev = device(rows)
-    weight = xp.astype(rows, xp.float64)  # [R, V], exact
     key = _buckets(xp, rows)  # [R, V]
-    offset = xp.arange(count, device=dev)[:, None] * _BUCKETS
-    hist = xp.reshape(_bincount(xp.reshape(key + offset, (-1,)), xp.reshape(weight, (-1,)),
-                                count * _BUCKETS), (count, _BUCKETS))  # mass per bucket
-    upto = xp.flip(xp.cumulative_sum(xp.flip(hist, axis=-1), axis=-1), axis=-1)  # mass in buckets >= b
-    total = upto[:, 0]
-    # The crossing bucket: the last whose mass from the top reaches p, or the lowest with mass.
-    lowest = xp.argmax(xp.astype(hist > 0, xp.int8), axis=-1)
-    crossing = xp.maximum(xp.sum(xp.astype(upto >= p, xp.int64), axis=-1) - 1, lowest)  # [R]
-    padded = xp.concat([upto, xp.zeros((count, 1), dtype=xp.float64, device=dev)], axis=-1)
-    above = xp.take_along_axis(padded, crossing[:, None] + 1, axis=-1)[:, 0]  # mass above the bucket
+    crossing, above, total, below = _crossing(xp, rows, key, p)
 
-    # Sort the crossing bucket's members, row by row, descending.
+    # The crossing bucket's members, sorted row by row, descending.
     row, col = xp.nonzero(key == crossing[:, None])
     value = rows[row, col]
     first = xp.argsort(value, descending=True, stable=True)
@@ -152,18 +161,16 @@ def _bucket_threshold(xp: Any, rows: Array, top_p: float) -> tuple[Array, Array]
     start = xp.cumulative_sum(size) - size
     prior = xp.cumulative_sum(mass) - mass
     before = xp.take(above, row) + prior - xp.take(xp.take(prior, start), row)  # mass before each member
-    kept = xp.maximum(_bincount(row, xp.astype(before < p, xp.float64), count), 1.0)
-    pick = start + xp.astype(kept, xp.int64) - 1
-    threshold = xp.take(value, pick)  # [R]
+    kept = _bincount(row, xp.astype(before < p, xp.float64), count)
+    pick = start + xp.maximum(xp.astype(kept, xp.int64), xp.ones_like(start)) - 1
+    threshold = xp.take(value, pick)  # [R], the candidate v
 
-    # The proof: A < p - E and M >= p + E (or nothing positive below the threshold).
-    level = xp.take(xp.take(mass, pick), row)  # the candidate, per member
+    # The proof: A < p - E and M >= p + E (M's side is moot when nothing positive is below v).
+    level = xp.take(xp.take(mass, pick), row)  # v, per member
     strict = above + _bincount(row, xp.where(mass > level, mass, 0.0), count)  # A
     at_least = above + _bincount(row, xp.where(mass >= level, mass, 0.0), count)  # M
-    lower = _bincount(row, xp.astype((mass < level) & (mass > 0), xp.float64), count)
-    below = (lower > 0) | (lowest < crossing)
+    below = below | (_bincount(row, xp.astype((mass < level) & (mass > 0), xp.float64), count) > 0)
     acc, out = _roundoff(rows)
-    # |cumsum rounding| <= gamma_V * mass in acc, then two roundings to out; plus our own sums' error.
+    # cumsum: |error| <= gamma_V * mass in acc, then two roundings to out; plus our own sums' error.
     error = 1.001 * total * (2 * (vocab + 2) * acc + 2 * out + 4 * (vocab + _BUCKETS + 4) * 2.0**-53)
-    proven = (strict + error < p) & ((at_least - error >= p) | ~below)
-    return threshold, proven
+    return threshold, (strict + error < p) & ((at_least - error >= p) | ~below)
