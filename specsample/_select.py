@@ -30,6 +30,8 @@ __all__ = ["kth_largest", "sorted_threshold", "top_p_threshold"]
 # first (rounding keeps the order).
 _BUCKETS = 1 << 12
 _SHIFT = 32 - 12
+# Rows shorter than this are sorted: the histogram's fixed cost exceeds the sort's.
+_SORTED_BELOW = 512
 
 
 def kth_largest(x: Array, k: int) -> Array:
@@ -63,7 +65,7 @@ def top_p_threshold(probs: Array, top_p: float) -> Array:
     """
     xp = namespace(probs)
     shape = tuple(int(d) for d in probs.shape)
-    if not _layout(probs) or _roundoff(probs)[0] * shape[-1] > 0.25:
+    if not _layout(probs) or shape[-1] < _SORTED_BELOW or _roundoff(probs)[0] * shape[-1] > 0.25:
         return sorted_threshold(probs, top_p)
     rows = xp.reshape(probs, (-1, shape[-1]))  # [R, V]
     threshold, proven = _bucket_threshold(xp, rows, top_p)  # [R], [R]

@@ -36,9 +36,11 @@ def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
         ids = xp.arange(vocab, device=device(logits))
         return xp.astype(ids == best, logits.dtype)
     scaled = logits if params.temperature == 1 else logits / params.temperature  # x / 1 == x
-    if params.top_k is not None and params.top_k < vocab:
-        scaled = xp.where(scaled >= kth_largest(scaled, params.top_k), scaled, -xp.inf)
+    # The row maximum always survives top-k. Masking after exp gives the same zeros as exp(-inf)
+    # and spares exp the -inf entries, its slow path.
     shifted = xp.exp(scaled - xp.max(scaled, axis=-1, keepdims=True))
+    if params.top_k is not None and params.top_k < vocab:
+        shifted = xp.where(scaled >= kth_largest(scaled, params.top_k), shifted, 0.0)
     probs = _renormalise(xp, shifted)
     if params.top_p is not None and params.top_p < 1:
         # Keep the most likely tokens while the mass *before* them is < top_p; the
