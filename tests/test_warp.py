@@ -183,7 +183,9 @@ def test_warp_equals_the_full_sort_warp(seed, rows, vocab, spread, ties, masked,
 @pytest.mark.parametrize("library", LIBRARIES)
 @pytest.mark.parametrize("spread", [1.0, 3.0, 8.0])
 def test_warp_equals_the_full_sort_warp_at_a_real_vocabulary(library: str, spread: float) -> None:
-    logits = _as(library, _random_logits(int(spread), 6, 49152, spread, "none", 0.0))
+    logits = _as(library, _random_logits(int(spread), 6, 49152, spread, "none", 0.0).reshape(2, 3, 49152))
+    one = SamplingParams(top_p=0.9)
+    assert _same(warp(logits[0, 0], one), _sorted_warp(logits[0, 0], one))  # a single row [V]
     for params in (SamplingParams(top_p=0.9), SamplingParams(top_k=50),
                    SamplingParams(temperature=0.7, top_p=0.5),
                    SamplingParams(top_k=2000, top_p=0.95, min_p=0.01), SamplingParams(top_p=1 - 1e-7)):
