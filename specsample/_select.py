@@ -61,7 +61,8 @@ def top_p_threshold(probs: Array, top_p: float) -> Array:
         top_p: in (0, 1).
 
     Returns:
-        [..., 1] of probs' dtype: the value `sorted_threshold` returns.
+        [..., 1] of probs' dtype: the value `sorted_threshold` returns, or the smallest positive
+        value where the sort's threshold is 0; `probs >= threshold` keeps the same entries.
     """
     xp = namespace(probs)
     shape = tuple(int(d) for d in probs.shape)
@@ -76,8 +77,8 @@ def top_p_threshold(probs: Array, top_p: float) -> Array:
 
 
 def _sort_descending(x: Array) -> Array:
-    if array_api_compat.is_torch_array(x) and x.device.type == "cpu":
-        # NumPy's sort is several times faster than torch's on CPU; the values are the same.
+    if array_api_compat.is_torch_array(x) and x.device.type == "cpu" and _layout(x):
+        # NumPy's sort is faster than torch's on CPU; the values are the same.
         import torch
 
         return torch.from_numpy(np.flip(np.sort(x.numpy(force=True), axis=-1), axis=-1).copy())

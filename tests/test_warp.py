@@ -155,8 +155,9 @@ def _random_logits(seed: int, rows: int, vocab: int, spread: float, ties: str, m
 
 
 def _same(got, want) -> bool:  # type: ignore[no-untyped-def]
-    return type(got) is type(want) and got.dtype == want.dtype and np.array_equal(np.asarray(got),
-                                                                                 np.asarray(want))
+    if type(got) is not type(want) or got.dtype != want.dtype:
+        return False
+    return torch.equal(got, want) if isinstance(got, torch.Tensor) else np.array_equal(got, want)
 
 
 TOP_P = st.sampled_from([1e-9, 0.1, 0.5, 0.9, 0.95, 0.999, 1 - 1e-7, 1 - 2**-24, 1 - 1e-12, 1.0]) | st.floats(
@@ -226,3 +227,10 @@ def test_the_proof_bites_a_candidate_off_the_sort_is_never_proven(library: str) 
         assert np.any(candidate != truth) and not np.any(proven)
     else:  # float64 accumulation: the proof holds for most rows
         assert proven.mean() > 0.8
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_torch_takes_the_sort(dtype: torch.dtype) -> None:
+    logits = torch.from_numpy(_random_logits(3, 4, 2000, 3.0, "none", 0.0)).to(dtype)
+    for params in (SamplingParams(top_p=0.9), SamplingParams(top_k=50, top_p=0.5)):
+        assert _same(warp(logits, params), _sorted_warp(logits, params))
