@@ -1,4 +1,4 @@
-"""Micro-benchmark of the core: `verify` time by batch, K and array library."""
+"""Micro-benchmarks of the core: `verify` and `warp` time by batch, K and array library."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from specsample.params import SamplingParams
 from specsample.verify import verify
+from specsample.warp import warp
 
-__all__ = ["bench_verify"]
+__all__ = ["bench_verify", "bench_warp"]
 
 
 def _inputs(batch: int, k: int, vocab: int, seed: int) -> tuple[np.ndarray, ...]:
@@ -80,3 +82,73 @@ def bench_verify(*, batches: Iterable[int] = (1, 8, 64), ks: Iterable[int] = (4,
                                 "p90_ms": 1e3 * times[int(0.9 * (len(times) - 1))],
                                 "repeats": repeats})
     return records
+
+
+# The warped settings next to a plain softmax (the floor any warp pays).
+WARPS: dict[str, SamplingParams | None] = {
+    "softmax": None, "temperature": SamplingParams(temperature=0.7), "top_p": SamplingParams(top_p=0.9),
+    "top_k": SamplingParams(top_k=50)}
+
+
+def _softmax_of(logits: Any) -> Callable[[], object]:
+    if isinstance(logits, np.ndarray):
+        def softmax() -> object:
+            shifted = np.exp(logits - logits.max(-1, keepdims=True))
+            return shifted / shifted.sum(-1, keepdims=True)
+        return softmax
+    import torch
+
+    return lambda: torch.softmax(logits, dim=-1)
+
+
+def bench_warp(*, batches: Iterable[int] = (1, 8, 64), rows: int = 5, vocab: int = 49152, spread: float = 3.0,
+               libraries: Iterable[str] = ("numpy-float64", "numpy-float32", "torch-float32"),
+               repeats: int = 30, check: bool = True,
+               progress: Callable[[str], None] | None = None) -> list[dict[str, object]]:
+    """Median wall time of one `warp` call (and of a plain softmax) for each setting.
+
+    Args:
+        batches, rows, vocab: the logits' shape [B, rows, V] (rows: the K+1 positions of a round).
+        spread: standard deviation of the normal logits; next-token logits of small language
+            models spread about 3, which keeps about 3% of the vocabulary at top_p = 0.9.
+        libraries: "numpy-float64", "numpy-float32", "torch-float32", "torch-float64".
+        repeats: timed calls per setting (after one warm-up).
+        check: include input validation in the timing (on, as `warp` is called by default).
+        progress: called with a label before each setting.
+
+    Returns:
+        One record per setting and warp in `WARPS`: library, batch, rows, vocab, spread, warp,
+        check, median_ms, p90_ms, repeats.
+    """
+    libraries = tuple(libraries)
+    known = ("numpy-float64", "numpy-float32", "torch-float32", "torch-float64")
+    if not libraries or any(library not in known for library in libraries):
+        raise ValueError(f"libraries: expected some of {', '.join(known)}, got {list(libraries)}")
+    records: list[dict[str, object]] = []
+    for library in libraries:
+        for batch in batches:
+            if progress is not None:
+                progress(f"{library} B={batch}")
+            normal = np.random.default_rng(batch).normal(size=(batch, rows, vocab)) * spread
+            logits = _logits(normal, library)  # [B, rows, V]
+            for name, params in WARPS.items():
+                call = _softmax_of(logits) if params is None else _warp_caller(logits, params, check)
+                times = sorted(_time(call, repeats))
+                records.append({"library": library, "batch": batch, "rows": rows, "vocab": vocab,
+                                "spread": spread, "warp": name, "check": check,
+                                "median_ms": 1e3 * statistics.median(times),
+                                "p90_ms": 1e3 * times[int(0.9 * (len(times) - 1))], "repeats": repeats})
+    return records
+
+
+def _logits(normal: np.ndarray, library: str) -> Any:
+    numpy_dtype = np.float64 if library.endswith("float64") else np.float32
+    if library.startswith("numpy"):
+        return normal.astype(numpy_dtype)
+    import torch
+
+    return torch.from_numpy(normal.astype(numpy_dtype))
+
+
+def _warp_caller(logits: Any, params: SamplingParams, check: bool) -> Callable[[], object]:
+    return lambda: warp(logits, params, check=check)

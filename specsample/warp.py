@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specsample._array import Array, check_logits, device, namespace
+from specsample._select import kth_largest, top_p_threshold
 from specsample.params import SamplingParams
 
 __all__ = ["warp"]
@@ -10,16 +11,6 @@ __all__ = ["warp"]
 
 def _renormalise(xp: object, probs: Array) -> Array:
     return probs / xp.sum(probs, axis=-1, keepdims=True)  # type: ignore[attr-defined]
-
-
-def _top_p(xp: object, probs: Array, top_p: float) -> Array:
-    # Keep the most likely tokens while the mass *before* them is < top_p; the
-    # last kept value is the threshold (ties at the threshold are all kept).
-    ranked = xp.sort(probs, axis=-1, descending=True)  # type: ignore[attr-defined]  # [..., V]
-    before = xp.cumulative_sum(ranked, axis=-1) - ranked  # type: ignore[attr-defined]
-    kept = xp.sum(xp.astype(before < top_p, xp.int64), axis=-1, keepdims=True)  # type: ignore[attr-defined]
-    threshold = xp.take_along_axis(ranked, kept - 1, axis=-1)  # type: ignore[attr-defined]
-    return _renormalise(xp, xp.where(probs >= threshold, probs, 0.0))  # type: ignore[attr-defined]
 
 
 def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
@@ -44,14 +35,18 @@ def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
         best = xp.argmax(logits, axis=-1, keepdims=True)  # first maximum = lowest index
         ids = xp.arange(vocab, device=device(logits))
         return xp.astype(ids == best, logits.dtype)
-    scaled = logits / params.temperature
-    if params.top_k is not None and params.top_k < vocab:
-        kth = xp.sort(scaled, axis=-1, descending=True)[..., params.top_k - 1 : params.top_k]
-        scaled = xp.where(scaled >= kth, scaled, -xp.inf)
+    scaled = logits if params.temperature == 1 else logits / params.temperature  # x / 1 == x
+    # The row maximum always survives top-k. Masking after exp gives the same zeros as exp(-inf)
+    # and spares exp the -inf entries, its slow path.
     shifted = xp.exp(scaled - xp.max(scaled, axis=-1, keepdims=True))
+    if params.top_k is not None and params.top_k < vocab:
+        shifted = xp.where(scaled >= kth_largest(scaled, params.top_k), shifted, 0.0)
     probs = _renormalise(xp, shifted)
     if params.top_p is not None and params.top_p < 1:
-        probs = _top_p(xp, probs, params.top_p)
+        # Keep the most likely tokens while the mass *before* them is < top_p; the
+        # last kept value is the threshold (ties at the threshold are all kept).
+        threshold = top_p_threshold(probs, params.top_p)
+        probs = _renormalise(xp, xp.where(probs >= threshold, probs, 0.0))
     if params.min_p is not None and params.min_p > 0:
         floor = params.min_p * xp.max(probs, axis=-1, keepdims=True)
         probs = _renormalise(xp, xp.where(probs >= floor, probs, 0.0))

@@ -12,6 +12,8 @@ import itertools
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from specsample_backends.static import (
     CompileCapture,
     StaticBackend,
@@ -22,8 +24,10 @@ from specsample_backends.static import (
     verify_tensor,
     warp_tensor,
 )
+from specsample_backends.static.warp import _nucleus
 from specsample_backends.torch import HFModel
 from specsample_backends.torch.early_exit import early_exit_draft
+from test_warp import TOP_P, _random_logits, _sorted_warp
 from torch._dynamo.utils import counters
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -88,6 +92,41 @@ def test_warp_tensor_equals_core_warp_for_many_params(dtype: torch.dtype) -> Non
         logits = _logits(seed % 7).to(dtype)
         got = warp_tensor(logits, knobs(params, V, dtype=dtype))
         assert torch.equal(got, warp(logits, params)), params
+
+
+# Eager: every output entry equals the full-sort warp's, bit for bit.
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), spread=st.sampled_from([0.1, 1.0, 3.0, 10.0, 60.0]),
+       ties=st.sampled_from(["none", "round", "few"]), masked=st.sampled_from([0.0, 0.5, 0.99]),
+       temperature=st.sampled_from([0.0, 0.3, 1.0, 2.0]), top_k=st.none() | st.integers(1, V + 3),
+       top_p=st.none() | TOP_P, min_p=st.none() | st.sampled_from([0.0, 0.05, 0.5, 1.0]),
+       dtype=st.sampled_from([torch.float32, torch.float64]))
+def test_warp_tensor_equals_the_full_sort_warp(seed, spread, ties, masked, temperature, top_k, top_p, min_p,
+                                               dtype):  # type: ignore[no-untyped-def]
+    logits = torch.from_numpy(_random_logits(seed, 3, V, spread, ties, masked)).to(dtype)
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    assert torch.equal(warp_tensor(logits, knobs(params, V, dtype=dtype)), _sorted_warp(logits, params))
+
+
+def test_compiled_warp_tensor_equals_the_full_sort_warp_on_both_branches() -> None:
+    # Compiled once (aot_eager keeps the eager kernels, so equality is bit for bit); peaked rows
+    # are decided by the top 256 values, flat rows and k > 256 fall back to the sort.
+    vocab = 1000
+    compiled = torch.compile(warp_tensor, backend="aot_eager", fullgraph=True, dynamic=False)
+    settings_ = [SamplingParams(top_p=0.9), SamplingParams(temperature=0.7, top_k=40, top_p=0.95),
+                 SamplingParams(top_k=300), SamplingParams(top_k=50, min_p=0.1),
+                 SamplingParams(temperature=0), SamplingParams(temperature=1.3),
+                 SamplingParams(top_p=1 - 1e-7)]
+    proven = []
+    for seed, spread in enumerate([1.0, 12.0]):
+        for dtype in (torch.float32, torch.float64):
+            logits = torch.from_numpy(_random_logits(seed, 4, vocab, spread, "none", 0.0)).to(dtype)
+            top_p = torch.tensor(0.9, dtype=dtype)
+            proven.append(bool(_nucleus(torch.softmax(logits, -1), top_p, 256)[1].all()))
+            for params in settings_:
+                got = compiled(logits, knobs(params, vocab, dtype=dtype))
+                assert torch.equal(got, _sorted_warp(logits, params)), (spread, dtype, params)
+    assert proven == [False, False, True, True]  # both branches ran
 
 
 def _verify_inputs(seed: int) -> tuple[torch.Tensor, ...]:

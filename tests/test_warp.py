@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import array_api_compat
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from specsample import SamplingParams, warp
+from specsample import SamplingParams, _select, warp
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -97,3 +100,137 @@ def test_bad_logits(logits, error, match):
 def test_params_must_be_sampling_params():
     with pytest.raises(TypeError, match="params: expected SamplingParams, got dict"):
         warp(np.zeros((1, 3)), {"temperature": 1.0})  # type: ignore[arg-type]
+
+
+# -- the selection paths equal the full-sort implementation they replace -----------------------
+
+
+def _sorted_warp(logits, params):  # type: ignore[no-untyped-def]
+    """The previous implementation, kept as the oracle: full sorts for top-k and top-p."""
+    xp = array_api_compat.array_namespace(logits)
+    vocab = logits.shape[-1]
+    if params.greedy:
+        best = xp.argmax(logits, axis=-1, keepdims=True)
+        ids = xp.arange(vocab, device=array_api_compat.device(logits))
+        return xp.astype(ids == best, logits.dtype)
+
+    def renormalise(probs):  # type: ignore[no-untyped-def]
+        return probs / xp.sum(probs, axis=-1, keepdims=True)
+
+    scaled = logits / params.temperature
+    if params.top_k is not None and params.top_k < vocab:
+        kth = xp.sort(scaled, axis=-1, descending=True)[..., params.top_k - 1 : params.top_k]
+        scaled = xp.where(scaled >= kth, scaled, -xp.inf)
+    probs = renormalise(xp.exp(scaled - xp.max(scaled, axis=-1, keepdims=True)))
+    if params.top_p is not None and params.top_p < 1:
+        ranked = xp.sort(probs, axis=-1, descending=True)
+        before = xp.cumulative_sum(ranked, axis=-1) - ranked
+        kept = xp.sum(xp.astype(before < params.top_p, xp.int64), axis=-1, keepdims=True)
+        threshold = xp.take_along_axis(ranked, kept - 1, axis=-1)
+        probs = renormalise(xp.where(probs >= threshold, probs, 0.0))
+    if params.min_p is not None and params.min_p > 0:
+        floor = params.min_p * xp.max(probs, axis=-1, keepdims=True)
+        probs = renormalise(xp.where(probs >= floor, probs, 0.0))
+    return probs
+
+
+LIBRARIES = ["numpy-float64", "numpy-float32", "torch-float64", "torch-float32"]
+
+
+def _as(library: str, x: np.ndarray):  # type: ignore[no-untyped-def]
+    dtype = library.split("-")[1]
+    return torch.from_numpy(x.astype(dtype)) if library.startswith("torch") else x.astype(dtype)
+
+
+def _random_logits(seed: int, rows: int, vocab: int, spread: float, ties: str, masked: float) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(rows, vocab)) * spread
+    if ties == "round":
+        logits = np.round(logits)
+    elif ties == "few":  # three distinct values: ties at every threshold
+        logits = rng.integers(0, 3, size=(rows, vocab)) * spread
+    logits[rng.random((rows, vocab)) < masked] = -np.inf
+    logits[np.arange(rows), rng.integers(0, vocab, rows)] = 0.0  # one finite logit per row
+    return logits
+
+
+def _same(got, want) -> bool:  # type: ignore[no-untyped-def]
+    if type(got) is not type(want) or got.dtype != want.dtype:
+        return False
+    return torch.equal(got, want) if isinstance(got, torch.Tensor) else np.array_equal(got, want)
+
+
+TOP_P = st.sampled_from([1e-9, 0.1, 0.5, 0.9, 0.95, 0.999, 1 - 1e-7, 1 - 2**-24, 1 - 1e-12, 1.0]) | st.floats(
+    1e-6, 1.0)
+
+
+# Each example compares every output entry bit for bit (no tolerance): top-k by partial
+# selection, top-p from the proven histogram threshold or the sort for unproven rows.
+@settings(max_examples=400, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 4),
+       vocab=st.sampled_from([1, 2, 5, 64, 1000, 4096]),
+       spread=st.sampled_from([0.0, 0.1, 1.0, 3.0, 10.0, 60.0]),
+       ties=st.sampled_from(["none", "round", "few"]),
+       masked=st.sampled_from([0.0, 0.5, 0.99]), temperature=st.sampled_from([0.0, 0.3, 1.0, 2.0]),
+       top_k=st.none() | st.integers(1, 4100), top_p=st.none() | TOP_P,
+       min_p=st.none() | st.sampled_from([0.0, 0.05, 0.5, 1.0]), library=st.sampled_from(LIBRARIES))
+def test_warp_equals_the_full_sort_warp(seed, rows, vocab, spread, ties, masked, temperature, top_k, top_p,
+                                        min_p, library):  # type: ignore[no-untyped-def]
+    logits = _as(library, _random_logits(seed, rows, vocab, spread, ties, masked))
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    assert _same(warp(logits, params), _sorted_warp(logits, params))
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("spread", [1.0, 3.0, 8.0])
+def test_warp_equals_the_full_sort_warp_at_a_real_vocabulary(library: str, spread: float) -> None:
+    logits = _as(library, _random_logits(int(spread), 6, 49152, spread, "none", 0.0).reshape(2, 3, 49152))
+    one = SamplingParams(top_p=0.9)
+    assert _same(warp(logits[0, 0], one), _sorted_warp(logits[0, 0], one))  # a single row [V]
+    for params in (SamplingParams(top_p=0.9), SamplingParams(top_k=50),
+                   SamplingParams(temperature=0.7, top_p=0.5),
+                   SamplingParams(top_k=2000, top_p=0.95, min_p=0.01), SamplingParams(top_p=1 - 1e-7)):
+        assert _same(warp(logits, params), _sorted_warp(logits, params)), params
+
+
+def test_torch_cpu_accumulates_float32_cumulative_sums_in_float64() -> None:
+    # The top-p proof bounds the sort's rounding with float64 accumulation on torch CPU.
+    x = torch.from_numpy(np.random.default_rng(0).random(49152, dtype=np.float32) * 1e-4)
+    got = torch.cumsum(x, 0)
+    assert torch.equal(got, torch.from_numpy(np.cumsum(x.numpy().astype(np.float64)).astype(np.float32)))
+    assert not torch.equal(got, torch.from_numpy(np.cumsum(x.numpy())))  # a float32 sum differs
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_unproven_rows_take_the_sort_and_proven_rows_keep_the_candidate(library: str) -> None:
+    # Row 0 puts top_p on a prefix mass (0.5 + 0.3: the proof cannot tell the sort's rounding);
+    # row 1 is far from any prefix mass. Both must equal the sort.
+    probs = np.array([[0.5, 0.3, 0.2, 0.0], [0.6, 0.25, 0.1, 0.05]])
+    rows = _as(library, probs)
+    xp = array_api_compat.array_namespace(rows)
+    _, proven = _select._bucket_threshold(xp, rows, 0.8)
+    assert np.asarray(proven).tolist() == [False, True]
+    assert _same(_select.top_p_threshold(rows, 0.8), _select.sorted_threshold(rows, 0.8))
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_the_proof_bites_a_candidate_off_the_sort_is_never_proven(library: str) -> None:
+    # Negative control: on flat rows (~30000 tokens kept) the float cumsum's rounding moves the
+    # sort's threshold off the exact-mass candidate in some rows; every such row must be unproven.
+    logits = _random_logits(5, 64, 49152, 1.0, "none", 0.0)
+    probs = _as(library, np.exp(logits) / np.exp(logits).sum(-1, keepdims=True))
+    xp = array_api_compat.array_namespace(probs)
+    candidate, proven = (np.asarray(a) for a in _select._bucket_threshold(xp, probs, 0.9))
+    truth = np.asarray(_select.sorted_threshold(probs, 0.9))[:, 0]
+    assert not np.any(proven & (candidate != truth))
+    if library == "numpy-float32":  # float32 accumulation: off by many entries, never proven
+        assert np.any(candidate != truth) and not np.any(proven)
+    else:  # float64 accumulation: the proof holds for most rows
+        assert proven.mean() > 0.8
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_torch_takes_the_sort(dtype: torch.dtype) -> None:
+    logits = torch.from_numpy(_random_logits(3, 4, 2000, 3.0, "none", 0.0)).to(dtype)
+    for params in (SamplingParams(top_p=0.9), SamplingParams(top_k=50, top_p=0.5)):
+        assert _same(warp(logits, params), _sorted_warp(logits, params))

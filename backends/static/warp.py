@@ -9,6 +9,10 @@ from specsample.params import SamplingParams
 
 __all__ = ["knobs", "warp_tensor"]
 
+# Top-k and top-p from the `_CAP` largest values when k <= _CAP and the top-p threshold is
+# proven among them (see `specsample._select`); otherwise the sort over V.
+_CAP = 256
+
 
 def knobs(params: SamplingParams, vocab: int, *, dtype: torch.dtype,
           device: torch.device | str = "cpu") -> Tensor:
@@ -56,11 +60,11 @@ def warp_tensor(logits: Tensor, knob: Tensor) -> Tensor:
     greedy = (ids == logits.argmax(dim=-1, keepdim=True)).to(logits.dtype)  # [..., V]
     scaled = logits / torch.where(temperature > 0, temperature, torch.ones_like(temperature))
     if torch.compiler.is_compiling():
-        # One graph, both branches: the sort over V (most of a draft step's sampling
-        # cost) runs only when top-k or top-p is on. Eager and captured-eager callers
-        # (CUDA, HPU graphs) cannot branch on a device value, so they take the sort.
+        # One graph, all branches: top-k and top-p from the top _CAP values when that
+        # proves the sort's result, the sort over V otherwise. Eager and captured-eager
+        # callers (CUDA, HPU graphs) cannot branch on a device value, so they take the sort.
         filtered = (temperature > 0) & ((knob[1] < vocab) | (top_p < 1))
-        probs = torch.cond(filtered, _top_k_top_p, _softmax, (scaled, knob))
+        probs = torch.cond(filtered, _selected, _softmax, (scaled, knob))
     else:
         probs = _top_k_top_p(scaled, knob)
     floor = min_p * probs.amax(dim=-1, keepdim=True)
@@ -89,3 +93,49 @@ def _top_k_top_p(scaled: Tensor, knob: Tensor) -> Tensor:
     threshold = by_rank.gather(-1, kept - 1)
     nucleus = _renormalise(torch.where(probs >= threshold, probs, 0.0))
     return torch.where(top_p < 1, nucleus, probs)
+
+
+def _selected(scaled: Tensor, knob: Tensor) -> Tensor:
+    """`_top_k_top_p` from the top `_CAP` values when they decide it, else `_top_k_top_p`."""
+    top_p, vocab = knob[2], scaled.shape[-1]
+    cap = min(_CAP, vocab)
+    k = knob[1].long().clamp(1, vocab)
+    top = scaled.topk(cap, dim=-1).values  # [..., cap], descending
+    kth = top.gather(-1, (k.clamp(max=cap) - 1).expand(*top.shape[:-1], 1))
+    kth = torch.where(k < vocab, kth, float("-inf"))  # top-k off: keep every value, as the sort does
+    kept = torch.where(scaled >= kth, scaled, float("-inf"))
+    probs = _renormalise(torch.exp(kept - kept.amax(dim=-1, keepdim=True)))
+    threshold, proven = _nucleus(probs, top_p, cap)
+    decided = ((k <= cap) | (k >= vocab)) & ((top_p >= 1) | proven.all())
+    return torch.cond(decided, _apply_threshold, _sorted, (scaled, knob, probs, threshold))
+
+
+def _nucleus(probs: Tensor, top_p: Tensor, cap: int) -> tuple[Tensor, Tensor]:
+    """The top-p threshold from the `cap` largest probabilities, and whether it is proven.
+
+    With A the mass above the candidate v and M the mass at or above it among the top values
+    (all of A; M at most the row's), A < top_p - E and M >= top_p + E prove that the sort
+    keeps v and nothing below it, E bounding the rounding of its cumsum over V.
+    """
+    vocab, p = probs.shape[-1], top_p.double()
+    ranked = probs.topk(cap, dim=-1).values.double()  # [..., cap], exact
+    before = ranked.cumsum(dim=-1) - ranked
+    kept = (before < p).sum(dim=-1, keepdim=True).clamp(min=1)
+    candidate = ranked.gather(-1, kept - 1)  # [..., 1]
+    strict = torch.where(ranked > candidate, ranked, 0.0).sum(dim=-1)
+    at_least = torch.where(ranked >= candidate, ranked, 0.0).sum(dim=-1)
+    out = torch.finfo(probs.dtype).eps / 2
+    acc = 2.0**-53 if probs.device.type == "cpu" else out  # torch on CPU sums in float64
+    total = probs.double().sum(dim=-1)
+    error = 1.001 * total * (2 * (vocab + 2) * acc + 2 * out + 4 * (vocab + cap + 4) * 2.0**-53)
+    proven = (strict + error < p) & (at_least - error >= p)
+    return candidate.to(probs.dtype), proven
+
+
+def _apply_threshold(scaled: Tensor, knob: Tensor, probs: Tensor, threshold: Tensor) -> Tensor:
+    nucleus = _renormalise(torch.where(probs >= threshold, probs, 0.0))
+    return torch.where(knob[2] < 1, nucleus, probs)
+
+
+def _sorted(scaled: Tensor, knob: Tensor, probs: Tensor, threshold: Tensor) -> Tensor:
+    return _top_k_top_p(scaled, knob)

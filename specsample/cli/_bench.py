@@ -10,7 +10,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from specsample.benchcore import bench_verify
+from specsample.benchcore import WARPS, bench_verify, bench_warp
 
 
 def add_parser(sub: Any) -> None:
@@ -18,7 +18,7 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser("bench", help="benchmarks (JSON results)")
     parser.add_argument("what", nargs="?", default="models",
                         choices=["models", "core", "batch", "memory", "greedy"],
-                        help="'models': end-to-end against peers (default); 'core': verify alone; "
+                        help="'models': end-to-end against peers (default); 'core': verify and warp alone; "
                              "'batch': 8 ragged rows vs batch 1 (greedy); 'memory': a long "
                              "generation; 'greedy': speculative vs plain greedy on 22 prompts")
     parser.add_argument("--json", type=Path, default=None, help="write the records here")
@@ -52,19 +52,27 @@ def run(args: argparse.Namespace) -> int:
     repeats = 30 if args.repeats is None else args.repeats
     if repeats < 1:
         raise ValueError(f"--repeats: expected >= 1, got {repeats}")
-    settings = 3 * 3 * 2
-    bar = tqdm(total=settings, desc="verify")
+    settings = 3 * 3 * 2 + 3 * 3
+    bar = tqdm(total=settings, desc="verify, warp")
 
     def progress(label: str) -> None:
         bar.set_postfix_str(label)
         bar.update(1)
 
     records = bench_verify(vocab=args.vocab, repeats=repeats, progress=progress)
+    warps = bench_warp(vocab=args.vocab, repeats=repeats, progress=progress)
     bar.close()
     print(f"{'library':<15}{'B':>4}{'K':>4}{'median ms':>12}{'p90 ms':>10}")
     for r in records:
         print(f"{r['library']:<15}{r['batch']:>4}{r['k']:>4}{r['median_ms']:>12.3f}{r['p90_ms']:>10.3f}")
-    write_json(args.json, {"benchmark": "core-verify", "machine": machine(), "records": records})
+    print(f"\nwarp [B, {warps[0]['rows']}, {args.vocab}], median ms")
+    print(f"{'library':<15}{'B':>4}" + "".join(f"{name:>13}" for name in WARPS))
+    for i in range(0, len(warps), len(WARPS)):
+        row = warps[i : i + len(WARPS)]
+        times = "".join(f"{r['median_ms']:>13.3f}" for r in row)
+        print(f"{row[0]['library']:<15}{row[0]['batch']:>4}{times}")
+    write_json(args.json, {"benchmark": "core-verify", "machine": machine(), "records": records,
+                           "warp_records": warps})
     return 0
 
 

@@ -1,0 +1,179 @@
+"""Selection without a full sort: the k-th largest value and the top-p threshold of each row.
+
+Both give exactly the value that the full descending sort gives. The array API has no
+selection, so NumPy (`np.partition`, `np.bincount`) and torch (`topk`, `bincount`) take a
+fast path and any other library sorts.
+
+Top-p (the sort's rule): with `ranked` the row sorted descending and `before = cumsum(ranked)
+- ranked`, keep `kept = #{j: before[j] < top_p}` entries; the threshold is `ranked[kept - 1]`.
+Without the sort: a mass histogram over the values' bit patterns finds the bucket where the
+mass crosses top_p; sorting that bucket alone gives a candidate threshold v. With A = the mass
+above v and M = A + the mass at v (exact sums, bounded error), the sort's `before` at the
+first v is within E of A and the one after the last v within E of M, E bounding the cumsum's
+rounding. A < top_p - E and M >= top_p + E prove the sort keeps v and nothing below it, so v
+is its threshold; a row that is not proven (top_p within E of A or M) is sorted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+from specsample._array import Array, device, namespace
+
+__all__ = ["kth_largest", "sorted_threshold", "top_p_threshold"]
+
+# Histogram buckets: the top 12 bits of a float32 (sign, exponent, 3 mantissa bits); every
+# value in [0, 2) falls in [0, 4096), ordered as the values are. float64 is rounded to float32
+# first (rounding keeps the order).
+_BUCKETS = 1 << 12
+_SHIFT = 32 - 12
+# Rows shorter than this are sorted: the histogram's fixed cost exceeds the sort's.
+_SORTED_BELOW = 512
+
+
+def kth_largest(x: Array, k: int) -> Array:
+    """The k-th largest value of each row (ties counted): x [..., V], 1 <= k <= V -> [..., 1]."""
+    vocab = int(x.shape[-1])
+    if array_api_compat.is_torch_array(x):
+        return x.topk(k, dim=-1, sorted=False).values.amin(dim=-1, keepdim=True)
+    if array_api_compat.is_numpy_array(x):
+        return np.partition(x, vocab - k, axis=-1)[..., vocab - k : vocab - k + 1]
+    return namespace(x).sort(x, axis=-1, descending=True)[..., k - 1 : k]
+
+
+def sorted_threshold(probs: Array, top_p: float) -> Array:
+    """The top-p threshold by the full sort (the definition): probs [..., V] -> [..., 1]."""
+    xp = namespace(probs)
+    ranked = _sort_descending(probs)  # [..., V]
+    before = xp.cumulative_sum(ranked, axis=-1) - ranked
+    kept = xp.sum(xp.astype(before < top_p, xp.int64), axis=-1, keepdims=True)  # >= 1
+    return xp.take_along_axis(ranked, kept - 1, axis=-1)
+
+
+def top_p_threshold(probs: Array, top_p: float) -> Array:
+    """`sorted_threshold(probs, top_p)`, sorting only the rows it cannot prove otherwise.
+
+    Args:
+        probs: [..., V] non-negative, each row summing to about 1 (a softmax).
+        top_p: in (0, 1).
+
+    Returns:
+        [..., 1] of probs' dtype: the value `sorted_threshold` returns, or the smallest positive
+        value where the sort's threshold is 0; `probs >= threshold` keeps the same entries.
+    """
+    xp = namespace(probs)
+    shape = tuple(int(d) for d in probs.shape)
+    if not _layout(probs) or shape[-1] < _SORTED_BELOW or _roundoff(probs)[0] * shape[-1] > 0.25:
+        return sorted_threshold(probs, top_p)
+    rows = xp.reshape(probs, (-1, shape[-1]))  # [R, V]
+    threshold, proven = _bucket_threshold(xp, rows, top_p)  # [R], [R]
+    if not bool(xp.all(proven)):
+        redo = xp.nonzero(~proven)[0]
+        threshold[redo] = sorted_threshold(xp.take(rows, redo, axis=0), top_p)[:, 0]
+    return xp.reshape(threshold, (*shape[:-1], 1))
+
+
+def _sort_descending(x: Array) -> Array:
+    if array_api_compat.is_torch_array(x) and x.device.type == "cpu" and _layout(x):
+        # NumPy's sort is faster than torch's on CPU; the values are the same.
+        import torch
+
+        return torch.from_numpy(np.flip(np.sort(x.numpy(force=True), axis=-1), axis=-1).copy())
+    return namespace(x).sort(x, axis=-1, descending=True)
+
+
+def _layout(x: Array) -> bool:
+    """Whether the histogram path takes x (NumPy or torch, float32 or float64)."""
+    if not (array_api_compat.is_torch_array(x) or array_api_compat.is_numpy_array(x)):
+        return False
+    return str(x.dtype).removeprefix("torch.") in ("float32", "float64")
+
+
+def _roundoff(x: Array) -> tuple[float, float]:
+    """(accumulation, output) unit roundoff of `cumulative_sum` on x.
+
+    torch on CPU accumulates float32 and float64 cumulative sums in float64 (checked by the
+    tests); NumPy, and torch elsewhere, accumulate in the array's own dtype.
+    """
+    out = float(namespace(x).finfo(x.dtype).eps) / 2
+    if array_api_compat.is_torch_array(x) and x.device.type == "cpu":
+        return 2.0**-53, out
+    return out, out
+
+
+def _bincount(keys: Array, weights: Array | None, length: int) -> Array:
+    if array_api_compat.is_torch_array(keys):
+        import torch
+
+        return torch.bincount(keys, weights=weights, minlength=length)[:length]
+    return np.bincount(keys, weights=weights, minlength=length)[:length]
+
+
+def _buckets(xp: Any, rows: Array) -> Array:
+    """Bucket of each value plus 4096 * its row: rows [R, V] -> int32 [R, V]."""
+    single = xp.astype(rows, xp.float32, copy=False)
+    if array_api_compat.is_torch_array(rows):
+        import torch
+
+        bits = single.contiguous().view(torch.int32)
+    else:
+        bits = np.ascontiguousarray(single).view(np.int32)
+    offset = xp.arange(int(rows.shape[0]), dtype=xp.int32, device=device(rows))[:, None] * _BUCKETS
+    return (bits >> _SHIFT) + offset
+
+
+def _crossing(xp: Any, rows: Array, key: Array, p: float) -> tuple[Array, Array, Array, Array]:
+    """The bucket where each row's mass from the top reaches p (else its lowest with mass).
+
+    Returns:
+        crossing [R] (plus 4096 * row, as `key`), the mass above it [R], the row's mass [R],
+        and whether a bucket below it holds mass [R].
+    """
+    count = int(rows.shape[0])
+    weight = xp.reshape(xp.astype(rows, xp.float64, copy=False), (-1,))  # exact
+    hist = xp.reshape(_bincount(xp.reshape(key, (-1,)), weight, count * _BUCKETS), (count, _BUCKETS))
+    upto = xp.flip(xp.cumulative_sum(xp.flip(hist, axis=-1), axis=-1), axis=-1)  # mass in buckets >= b
+    lowest = xp.argmax(xp.astype(hist > 0, xp.int8), axis=-1)
+    local = xp.maximum(xp.sum(xp.astype(upto >= p, xp.int64), axis=-1) - 1, lowest)[:, None]  # [R, 1]
+    ids = xp.arange(_BUCKETS, device=device(rows))
+    above = xp.sum(xp.where(ids > local, hist, 0.0), axis=-1)
+    below = xp.any((ids < local) & (hist > 0), axis=-1)
+    crossing = xp.astype(local[:, 0], xp.int32) + xp.astype(xp.arange(count, device=device(rows)),
+                                                             xp.int32) * _BUCKETS
+    return crossing, above, upto[:, 0], below
+
+
+def _bucket_threshold(xp: Any, rows: Array, top_p: float) -> tuple[Array, Array]:
+    """Candidate threshold of each row and whether it is proven: rows [R, V] -> [R], bool [R]."""
+    count, vocab = (int(d) for d in rows.shape)
+    p = float(xp.asarray(top_p, dtype=rows.dtype))  # `before < top_p` compares in rows' dtype
+    key = _buckets(xp, rows)  # [R, V]
+    crossing, above, total, below = _crossing(xp, rows, key, p)
+
+    # The crossing bucket's members, sorted row by row, descending.
+    row, col = xp.nonzero(key == crossing[:, None])
+    value = rows[row, col]
+    first = xp.argsort(value, descending=True, stable=True)
+    order = xp.take(first, xp.argsort(xp.take(row, first), stable=True))
+    row, value = xp.take(row, order), xp.take(value, order)
+    mass = xp.astype(value, xp.float64)
+    size = _bincount(row, None, count)  # >= 1: the crossing bucket has mass
+    start = xp.cumulative_sum(size) - size
+    prior = xp.cumulative_sum(mass) - mass
+    before = xp.take(above, row) + prior - xp.take(xp.take(prior, start), row)  # mass before each member
+    kept = _bincount(row, xp.astype(before < p, xp.float64), count)
+    pick = start + xp.maximum(xp.astype(kept, xp.int64), xp.ones_like(start)) - 1
+    threshold = xp.take(value, pick)  # [R], the candidate v
+
+    # The proof: A < p - E and M >= p + E (M's side is moot when nothing positive is below v).
+    level = xp.take(xp.take(mass, pick), row)  # v, per member
+    strict = above + _bincount(row, xp.where(mass > level, mass, 0.0), count)  # A
+    at_least = above + _bincount(row, xp.where(mass >= level, mass, 0.0), count)  # M
+    below = below | (_bincount(row, xp.astype((mass < level) & (mass > 0), xp.float64), count) > 0)
+    acc, out = _roundoff(rows)
+    # cumsum: |error| <= gamma_V * mass in acc, then two roundings to out; plus our own sums' error.
+    error = 1.001 * total * (2 * (vocab + 2) * acc + 2 * out + 4 * (vocab + _BUCKETS + 4) * 2.0**-53)
+    return threshold, (strict + error < p) & ((at_least - error >= p) | ~below)
