@@ -80,6 +80,6 @@ def test_metrics_merge_over_runs() -> None:
 
 
 def test_merge_metrics_rejects_other_records() -> None:
-    with pytest.raises(ValueError, match="records: expected Metrics.as_dict"):
+    with pytest.raises(ValueError, match=r"records: expected Metrics\.as_dict"):
         bench.merge_metrics([{"rounds": 1}])
     assert bench.merge_metrics([]) == Metrics()

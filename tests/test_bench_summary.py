@@ -44,7 +44,7 @@ def test_efficiency_compares_rates_over_the_same_workload() -> None:
 
 def test_summarise_needs_plain_runs() -> None:
     runs = [{"family": "specsample", "method": "specsample", "temperature": 0.0}]
-    with pytest.raises(ValueError, match="runs: expected plain runs at temperature 0.0"):
+    with pytest.raises(ValueError, match=r"runs: expected plain runs at temperature 0\.0"):
         bench.summarise(runs, draft="int8", c=0.1)
 
 
