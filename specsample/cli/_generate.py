@@ -58,7 +58,8 @@ def _print_metrics(m: Metrics, *, seconds: float, c: float) -> None:
 def _settings(loaded: Loaded, max_new: int) -> str:
     config, target = loaded.config, loaded.target
     where = " ".join(f"{n} {getattr(target, n)}" for n in ("device", "dtype") if hasattr(target, n))
-    return (f"settings: backend {config.backend}, {where}, K={config.k}, {config.params()}, "
+    return (f"settings: backend {config.backend}, {where}, drafter {type(loaded.drafter).__name__}, "
+            f"K={config.k}, {config.params()}, "
             f"seed {config.seed}, max new tokens {max_new}")
 
 
