@@ -45,7 +45,7 @@ def batch(loaded: Loaded, *, max_new_tokens: int = 64, prompts: Sequence[str] = 
         A record: rows, rows_equal, tokens/s of both, throughput_ratio, acceptance.
     """
     check_int("max_new_tokens", max_new_tokens, 1)
-    if not prompts or not all(isinstance(p, str) for p in prompts):
+    if isinstance(prompts, str) or not prompts or not all(isinstance(p, str) for p in prompts):
         raise ValueError(f"prompts: expected a non-empty sequence of str, got {prompts!r}")
     config, backend, target, drafter, tokenizer = loaded
     rows = [chat_ids(tokenizer, p) for p in prompts]
