@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import array_api_compat
@@ -38,10 +39,24 @@ def _shape(x: Array) -> tuple[int, ...]:
     return tuple(int(d) for d in x.shape)
 
 
-def check_int(name: str, value: object, minimum: int) -> None:
-    """Raise ValueError unless `value` is an int (not a bool) >= `minimum`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+def check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
+    """`value` as an int after checking it is an integer (not a bool) in [minimum, maximum).
+
+    Raises:
+        TypeError: not an integer (a bool, a float, a string...).
+        ValueError: below `minimum`, or at or above `maximum` when one is given.
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"{name}: expected an int, got bool {value!r}")
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}") from None
+    if maximum is not None and not minimum <= number < maximum:
+        raise ValueError(f"{name}: expected an int in [{minimum}, {maximum}), got {number}")
+    if number < minimum:
         raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    return number
 
 
 def check_shape(name: str, x: Array, shape: tuple[int | None, ...]) -> None:

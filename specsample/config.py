@@ -13,6 +13,7 @@ from typing import Any
 from specsample._array import check_int
 from specsample.params import SamplingParams
 from specsample.policy import KPolicy, k_policy
+from specsample.verifiers import get_verifier
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,20 +32,26 @@ class Config:
 
     Attributes:
         backend: a registered backend name ("reference", "torch", "static-cpu", "cuda", "gaudi").
+        target: the target model's spec for the backend (None: the backend's default).
+        draft: the drafter's name for the backend (None: the backend's default).
         k: draft tokens per round (int >= 1) or "adaptive".
         temperature, top_k, top_p, min_p: sampling (see SamplingParams).
         seed: the key of the uniforms.
+        verifier: the acceptance rule by name ("token"; see `specsample.verifiers`).
         options: backend-specific settings (device, dtype, buckets, ...), and
             `cost_ratio` (the draft/target cost c the adaptive K policy assumes).
     """
 
     backend: str = "reference"
+    target: str | None = None
+    draft: str | None = None
     k: int | str = 4
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
     min_p: float | None = None
     seed: int = 0
+    verifier: str = "token"
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -58,6 +65,11 @@ class Config:
         self.policy()  # validates k and the cost ratio
         self.params()  # validates the sampling fields
         check_int("seed", self.seed, 0)
+        for name in ("target", "draft"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{name}: expected a non-empty name or None, got {value!r}")
+        get_verifier(self.verifier)
 
     def backend_options(self) -> dict[str, Any]:
         """`options` less the ones the core reads itself (`cost_ratio`)."""
@@ -138,6 +150,7 @@ def _parse_env(name: str, raw: str) -> Any:
 
 
 def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
-    names = ("backend", "k", "temperature", "top_k", "top_p", "min_p", "seed")
+    names = ("backend", "target", "draft", "k", "temperature", "top_k", "top_p", "min_p", "seed",
+             "verifier")
     return {n: _parse_env(n, environ[ENV_PREFIX + n.upper()]) for n in names
             if ENV_PREFIX + n.upper() in environ}

@@ -71,6 +71,11 @@ class ModelDrafter:
         q = warp(logits, params, check=check)
         return q, q
 
+    def draft_lengths(self, tokens: Array, lengths: Array, k: int) -> Array:
+        """Every row drafts all k tokens: int64 [B]."""
+        xp = namespace(lengths)
+        return xp.full(lengths.shape, k, dtype=xp.int64, device=device(lengths))
+
     def advance(self, state: DraftState, lengths: Array) -> DraftState:
         """Roll the cache back to L - 2 entries; the next round feeds 2 tokens."""
         return DraftState(cache=rollback(state.cache, namespace(lengths).clip(lengths - 2, min=0)),

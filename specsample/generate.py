@@ -5,21 +5,32 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
-from specsample._array import Array, check_int, check_shape, check_tokens, device, namespace
+from specsample._array import Array, check_shape, check_tokens, device, namespace
 from specsample.cache import rollback
 from specsample.metrics import Metrics, tally
+from specsample.options import RunOptions
 from specsample.params import SamplingParams
-from specsample.policy import ConstantK, KPolicy
+from specsample.policy import KPolicy
 from specsample.protocols import Drafter, Model
-from specsample.rng import Stream, uniforms
+from specsample.rng import Seed, Stream, round_uniforms, uniforms
 from specsample.round import RoundResult, State, round_step, start
 from specsample.sample import sample
-from specsample.verify import Verdict, verify
+from specsample.verify import Verdict
 from specsample.warp import warp
 
-__all__ = ["Generation", "Step", "generate", "generate_plain", "iterate"]
+__all__ = [
+    "Generation",
+    "Step",
+    "finish",
+    "generate",
+    "generate_plain",
+    "iterate",
+    "last_step",
+    "prepare_prompt",
+    "run_plain",
+    "run_rounds",
+]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,12 +43,24 @@ class Generation:
         lengths: int64 [B]: the valid length of each row of `sequences`.
         prompt_lengths: int64 [B].
         metrics: acceptance metrics (empty for plain decoding).
+        texts: each row's generated text, when a tokenizer decoded it (else None).
     """
 
     sequences: Array
     lengths: Array
     prompt_lengths: Array
     metrics: Metrics
+    texts: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_state(cls, state: State, prompt_lengths: Array, metrics: Metrics, pad_id: int) -> Generation:
+        """Each row's committed tokens, right-padded with `pad_id` (copies, not views of `state`)."""
+        xp = namespace(state.tokens)
+        width = int(xp.max(state.lengths))
+        pos = xp.arange(width, device=device(state.tokens))[None, :]
+        sequences = xp.where(pos < state.lengths[:, None], state.tokens[:, :width], pad_id)
+        return cls(sequences=sequences, lengths=xp.asarray(state.lengths, copy=True),
+                   prompt_lengths=prompt_lengths, metrics=metrics)
 
     def new_tokens(self, row: int) -> list[int]:
         """The generated ids of one row, as a list."""
@@ -56,7 +79,14 @@ class Step:
     metrics: Metrics
 
 
-def _prompt(input_ids: Array, prompt_lengths: Array | None, vocab: int) -> tuple[Array, Array]:
+def prepare_prompt(input_ids: Array, prompt_lengths: Array | None, vocab: int) -> tuple[Array, Array]:
+    """Validated prompts: int64 ids [B, T] (zero past each row's end) and lengths [B].
+
+    Args:
+        input_ids: int [B, T], right-padded.
+        prompt_lengths: int [B] in [1, T], or None (every row is T long).
+        vocab: V, the models' vocabulary size.
+    """
     xp = namespace(input_ids)
     check_shape("input_ids", input_ids, (None, None))
     if input_ids.shape[0] < 1 or input_ids.shape[1] < 1:
@@ -74,11 +104,6 @@ def _prompt(input_ids: Array, prompt_lengths: Array | None, vocab: int) -> tuple
     return xp.where(valid, xp.astype(input_ids, xp.int64), 0), xp.astype(prompt_lengths, xp.int64)
 
 
-def _check_run(max_new_tokens: int, seed: int) -> None:
-    check_int("max_new_tokens", max_new_tokens, 1)
-    check_int("seed", seed, 0)
-
-
 def _capacity(capacity: int | None, needed: int) -> int:
     if capacity is None:
         return needed
@@ -88,79 +113,105 @@ def _capacity(capacity: int | None, needed: int) -> int:
     return capacity
 
 
+def _round_k(xp: object, drafter: Drafter, state: State, wanted: int) -> tuple[int, Array | None]:
+    """This round's K and the per-row draft lengths (None when every active row drafts K).
+
+    A drafter may draft fewer tokens for some rows (`Drafter.draft_lengths`, read from
+    each row's committed tokens); the round drafts the longest active row's length.
+    """
+    lengths = drafter.draft_lengths(state.tokens, state.lengths, wanted)  # [B]
+    active = xp.where(state.done, 0, lengths)  # type: ignore[attr-defined]
+    k = int(xp.max(active))  # type: ignore[attr-defined]
+    if k == 0 or bool(xp.all(state.done | (lengths >= k))):  # type: ignore[attr-defined]
+        return k, None
+    return k, xp.minimum(lengths, k)  # type: ignore[attr-defined]
+
+
+def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOptions) -> Iterator[Step]:
+    """Speculative rounds until every row stops, yielding after each (see `iterate`)."""
+    if not isinstance(run, RunOptions):
+        raise TypeError(f"run: expected RunOptions, got {type(run).__name__}")
+    prompt, lengths = prepare_prompt(input_ids, run.prompt_lengths, target.vocab_size)
+    run.rows(int(prompt.shape[0]))
+    policy, verifier = run.policy, run.verify
+    xp = namespace(prompt)
+    width = int(xp.max(lengths)) + run.max_new_tokens + policy.k_max + 1
+    state = start(target, drafter, prompt, lengths, capacity=_capacity(run.capacity, width),
+                  stop_lengths=lengths + run.max_new_tokens)
+    metrics, index = Metrics(), 0
+    while not bool(xp.all(state.done)):  # the one host read of a round
+        k, draft_lengths = _round_k(xp, drafter, state, policy.next_k(metrics))
+        began = time.perf_counter()
+        u = round_uniforms(run.seed, index, int(prompt.shape[0]), k, like=state.tokens)
+        state, result = round_step(state, target, drafter, k=k, params=run.params, uniforms=u,
+                                   eos=run.eos_token_id, check=run.check, verifier=verifier,
+                                   draft_lengths=draft_lengths)
+        metrics = tally(metrics, k=k, accepted=[int(v) for v in result.verdict.num_accepted],
+                        emitted=[int(v) for v in result.emitted],
+                        active=[bool(v) for v in result.active],
+                        elapsed_s=time.perf_counter() - began)
+        yield Step(index=index, k=k, result=result, state=state, metrics=metrics)
+        index += 1
+
+
+def last_step(steps: Iterator[Step]) -> Step:
+    """Run `steps` to the end keeping only the last one (memory stays flat)."""
+    last = None
+    for last in steps:  # noqa: B007
+        pass
+    if last is None:
+        raise ValueError("steps: expected at least one round, got none")
+    return last
+
+
 def iterate(target: Model, drafter: Drafter, input_ids: Array, *, max_new_tokens: int,
-            params: SamplingParams | None = None, k: int | KPolicy = 4, seed: int = 0,
+            params: SamplingParams | None = None, k: int | KPolicy = 4, seed: Seed = 0,
             eos_token_id: int | None = None, prompt_lengths: Array | None = None,
             capacity: int | None = None, check: bool = True,
-            verifier: Callable[..., Verdict] = verify) -> Iterator[Step]:
+            verifier: str | Callable[..., Verdict] = "token") -> Iterator[Step]:
     """Run speculative rounds, yielding after each, until every row stops.
+
+    The arguments are the fields of `RunOptions` (see it); `run_rounds` takes them as one.
+    Each yielded Step holds the state after its round; that state's caches are
+    consumed by the next round (see `specsample.cache`).
 
     Args:
         target: the target model (p).
         drafter: proposes drafts (q).
         input_ids: int [B, T] prompts, right-padded; `prompt_lengths` [B] says
             where each ends (default: all T).
-        max_new_tokens: per-row budget of generated tokens.
-        params: sampling parameters (the same warp for p and q).
-        k: an int K or a KPolicy.
-        seed: the key of the uniforms (see `specsample.rng.uniforms`).
-        eos_token_id: a token that ends its row (kept in the output).
-        capacity: positions per cache row (default: just enough).
-        check: validate every verify input (a host sync per round).
-        verifier: the acceptance rule (default `verify`; see `round_step`).
     """
-    params = SamplingParams() if params is None else params
-    policy = ConstantK(k=k) if isinstance(k, int) else k
-    if not isinstance(policy, KPolicy):
-        raise TypeError(f"k: expected an int or a KPolicy, got {type(k).__name__}")
-    _check_run(max_new_tokens, seed)
-    prompt, lengths = _prompt(input_ids, prompt_lengths, target.vocab_size)
-    xp = namespace(prompt)
-    width = int(xp.max(lengths)) + max_new_tokens + policy.k_max + 1
-    state = start(target, drafter, prompt, lengths, capacity=_capacity(capacity, width),
-                  stop_lengths=lengths + max_new_tokens)
-    metrics, index = Metrics(), 0
-    shorten = getattr(drafter, "draft_length", None)  # e.g. prompt lookup without a match
-    while not bool(xp.all(state.done)):  # the one host read of a round
-        kk = policy.next_k(metrics)
-        if callable(shorten):
-            kk = max(0, min(kk, int(shorten(state.tokens, state.lengths, kk))))
-        began = time.perf_counter()
-        u = uniforms(seed, index, int(prompt.shape[0]), 2 * kk + 1, like=state.tokens)
-        state, result = round_step(state, target, drafter, k=kk, params=params, uniforms=u,
-                                   eos=eos_token_id, check=check, verifier=verifier)
-        metrics = tally(metrics, k=kk, accepted=[int(v) for v in result.verdict.num_accepted],
-                        emitted=[int(v) for v in result.emitted],
-                        active=[bool(v) for v in result.active],
-                        elapsed_s=time.perf_counter() - began)
-        yield Step(index=index, k=kk, result=result, state=state, metrics=metrics)
-        index += 1
-
-
-def _finish(state: State, prompt_lengths: Array, metrics: Metrics, pad_id: int) -> Generation:
-    xp = namespace(state.tokens)
-    width = int(xp.max(state.lengths))
-    pos = xp.arange(width, device=device(state.tokens))[None, :]
-    sequences = xp.where(pos < state.lengths[:, None], state.tokens[:, :width], pad_id)
-    return Generation(sequences=sequences, lengths=state.lengths, prompt_lengths=prompt_lengths,
-                      metrics=metrics)
+    run = RunOptions(max_new_tokens=max_new_tokens, params=params or SamplingParams(), k=k,
+                     seed=seed, eos_token_id=eos_token_id, prompt_lengths=prompt_lengths,
+                     capacity=capacity, check=check, verifier=verifier)
+    return run_rounds(target, drafter, input_ids, run)
 
 
 def generate(target: Model, drafter: Drafter, input_ids: Array, *, max_new_tokens: int,
-             pad_id: int = 0, **options: Any) -> Generation:
-    """Speculative sampling to completion; see `iterate` for the arguments.
+             params: SamplingParams | None = None, k: int | KPolicy = 4, seed: Seed = 0,
+             eos_token_id: int | None = None, prompt_lengths: Array | None = None,
+             capacity: int | None = None, check: bool = True,
+             verifier: str | Callable[..., Verdict] = "token", pad_id: int = 0) -> Generation:
+    """Speculative sampling to completion; the arguments are `RunOptions`' fields.
 
     Returns:
         A Generation: sequences [B, T] (prompt then generated ids), metrics.
     """
-    steps = list(iterate(target, drafter, input_ids, max_new_tokens=max_new_tokens, **options))
-    _, lengths = _prompt(input_ids, options.get("prompt_lengths"), target.vocab_size)
-    # max_new_tokens >= 1, so every row runs at least one round.
-    return _finish(steps[-1].state, lengths, steps[-1].metrics, pad_id)
+    run = RunOptions(max_new_tokens=max_new_tokens, params=params or SamplingParams(), k=k,
+                     seed=seed, eos_token_id=eos_token_id, prompt_lengths=prompt_lengths,
+                     capacity=capacity, check=check, verifier=verifier, pad_id=pad_id)
+    return finish(run_rounds(target, drafter, input_ids, run), input_ids, run, target.vocab_size)
+
+
+def finish(steps: Iterator[Step], input_ids: Array, run: RunOptions, vocab: int) -> Generation:
+    """The Generation of the last of `steps` (only that one is kept)."""
+    step = last_step(steps)
+    _, lengths = prepare_prompt(input_ids, run.prompt_lengths, vocab)
+    return Generation.from_state(step.state, lengths, step.metrics, run.pad_id)
 
 
 def generate_plain(target: Model, input_ids: Array, *, max_new_tokens: int,
-                   params: SamplingParams | None = None, seed: int = 0,
+                   params: SamplingParams | None = None, seed: Seed = 0,
                    eos_token_id: int | None = None, prompt_lengths: Array | None = None,
                    pad_id: int = 0) -> Generation:
     """Plain autoregressive sampling of the target, one token per forward.
@@ -168,37 +219,44 @@ def generate_plain(target: Model, input_ids: Array, *, max_new_tokens: int,
     The baseline speculative sampling must match in law (and, at temperature
     0, token for token). Its uniforms come from their own stream of the seed.
     """
-    params = SamplingParams() if params is None else params
-    _check_run(max_new_tokens, seed)
-    prompt, lengths = _prompt(input_ids, prompt_lengths, target.vocab_size)
+    return run_plain(target, input_ids, RunOptions(
+        max_new_tokens=max_new_tokens, params=params or SamplingParams(), seed=seed,
+        eos_token_id=eos_token_id, prompt_lengths=prompt_lengths, pad_id=pad_id))
+
+
+def run_plain(target: Model, input_ids: Array, run: RunOptions) -> Generation:
+    """`generate_plain` with its arguments as RunOptions (k, capacity, verifier unused)."""
+    prompt, lengths = prepare_prompt(input_ids, run.prompt_lengths, target.vocab_size)
+    run.rows(int(prompt.shape[0]))
     xp = namespace(prompt)
     batch = int(prompt.shape[0])
-    capacity = int(xp.max(lengths)) + max_new_tokens + 1
+    capacity = int(xp.max(lengths)) + run.max_new_tokens + 1
     tokens = xp.concat([prompt, xp.zeros((batch, capacity - prompt.shape[1]), dtype=xp.int64,
                                           device=device(prompt))], axis=1)
     cache = target.new_cache(batch, capacity)
     if prompt.shape[1] > 1:
         _, cache = target.forward(prompt[:, :-1], cache)
     cache = rollback(cache, lengths - 1)
-    stop, cur = lengths + max_new_tokens, lengths
+    stop, cur = lengths + run.max_new_tokens, lengths
     done = cur >= stop
     began, step = time.perf_counter(), 0
     pos = xp.arange(capacity, device=device(prompt))[None, :]
     while not bool(xp.all(done)):
         last = xp.take_along_axis(tokens, (cur - 1)[:, None], axis=1)
         logits, cache = target.forward(last, cache)
-        u = uniforms(seed, step, batch, 1, stream=Stream.PLAIN, like=tokens)[:, 0]
-        x = sample(warp(logits[:, 0, :], params), u, check=False)  # [B]
+        u = uniforms(run.seed, step, batch, 1, stream=Stream.PLAIN, like=tokens)[:, 0]
+        x = sample(warp(logits[:, 0, :], run.params), u, check=False)  # [B]
         write = (pos == cur[:, None]) & ~done[:, None]
         tokens = xp.where(write, x[:, None], tokens)
         cur = xp.where(done, cur, cur + 1)
         cache = rollback(cache, cur - 1)
         done = done | (cur >= stop)
-        if eos_token_id is not None:
-            done = done | ((x == eos_token_id) & xp.any(write, axis=1))
+        if run.eos_token_id is not None:
+            done = done | ((x == run.eos_token_id) & xp.any(write, axis=1))
         step += 1
     elapsed = time.perf_counter() - began
     made = int(xp.sum(cur - lengths))
     state = State(tokens=tokens, lengths=cur, stop_lengths=stop, target_cache=cache,
                   draft_state=None, done=done)
-    return _finish(state, lengths, Metrics(emitted=made, elapsed_s=elapsed, rounds=step), pad_id)
+    return Generation.from_state(state, lengths, Metrics(emitted=made, elapsed_s=elapsed, rounds=step),
+                                 run.pad_id)

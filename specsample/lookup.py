@@ -19,12 +19,13 @@ class PromptLookupDrafter:
     most recent match are proposed. With no match, the last token is repeated.
     Any deterministic guess is lossless; a good one is merely accepted more often.
 
-    `draft_length` shortens rounds where no row's context ends in an n-gram of at least
-    `confident` tokens seen before: one draft after a shorter match (rarely accepted, but a
-    2-token verify costs about as much as a plain step), and a plain step (K = 0: one token
-    from p, no draft) when no row has any match, since repeating the last token is no guess.
+    `draft_lengths` shortens a row's round when its context does not end in an n-gram of at
+    least `confident` tokens seen before: one draft after a shorter match (rarely accepted,
+    but a 2-token verify costs about as much as a plain step), and no draft (one token from
+    p) without any match, since repeating the last token is no guess; a round where no row
+    drafts is a plain step.
     A wide verify is not free on a CPU (7 positions cost about 1.4 one-token forwards for a
-    135M model), so only a confident match earns all K drafts. The choice reads the
+    135M model), so only a confident match earns all K drafts. The choice reads the row's
     committed tokens only, so it does not change the output law.
 
     Args:
@@ -68,11 +69,13 @@ class PromptLookupDrafter:
             match = match & (earlier == last)
         return xp.max(xp.where(match, pos, -1), axis=1)
 
-    def draft_length(self, tokens: Array, lengths: Array, k: int) -> int:
-        """The drafts worth verifying this round (a host read).
+    def draft_lengths(self, tokens: Array, lengths: Array, k: int) -> Array:
+        """The drafts worth verifying this round, per row: int64 [B] in [0, k].
 
-        k if some row's last `confident` tokens occurred before; else 1 if some row's
-        last `ngram_min` tokens did; else 0 (a plain step).
+        k where the row's last `confident` tokens occurred before; else 1 where its
+        last `ngram_min` tokens did; else 0 (a plain step for that row). Each row's
+        length reads that row's committed tokens only: it does not depend on the
+        other rows of the batch, and it never reads the target.
 
         Args:
             tokens: int [B, C] committed ids, row b valid on [0, lengths[b]).
@@ -80,15 +83,17 @@ class PromptLookupDrafter:
             k: the K the policy chose, >= 0.
         """
         check_int("k", k, 0)
-        if self.confident is None or k == 0:
-            return k
         xp = namespace(tokens, lengths)
+        check_shape("tokens", tokens, (None, None))
+        check_shape("lengths", lengths, (int(tokens.shape[0]),))
         tokens, lengths = xp.astype(tokens, xp.int64), xp.astype(lengths, xp.int64)
-        if bool(xp.any(self._last_match(xp, tokens, lengths, self.confident) >= 0)):
-            return k
-        shorter = self.confident > self.ngram_min and bool(
-            xp.any(self._last_match(xp, tokens, lengths, self.ngram_min) >= 0))
-        return min(k, 1) if shorter else 0
+        if self.confident is None or k == 0:
+            return xp.full_like(lengths, k)
+        full = self._last_match(xp, tokens, lengths, self.confident) >= 0  # [B]
+        short = xp.zeros_like(full)
+        if self.confident > self.ngram_min:
+            short = self._last_match(xp, tokens, lengths, self.ngram_min) >= 0
+        return xp.where(full, k, xp.where(short, min(k, 1), 0))
 
     def propose(self, state: Any, tokens: Array, lengths: Array, k: int,
                 params: SamplingParams, uniforms: Array) -> Proposal:

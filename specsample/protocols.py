@@ -82,3 +82,12 @@ class Drafter(Protocol):
     def advance(self, state: Any, lengths: Array) -> Any:
         """The state once the committed lengths have become `lengths [B]`."""
         ...
+
+    def draft_lengths(self, tokens: Array, lengths: Array, k: int) -> Array:
+        """How many of the k drafts each row verifies this round: int64 [B] in [0, k].
+
+        It may read the committed context (never the target): a stopping rule of
+        the draft process, which leaves the output law unchanged. A row with 0 takes
+        a plain step; only a stateless drafter (state None) may give 0 to every row.
+        """
+        ...

@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any
+
+from specsample.backend import Backend
 
 __all__ = ["BUILTIN", "Backend", "available", "get_backend"]
 
@@ -19,24 +21,6 @@ BUILTIN: dict[str, str] = {
     "cuda": "specsample_backends.cuda:create",
     "gaudi": "specsample_backends.gaudi:create",
 }
-
-
-class Backend(Protocol):
-    """What a backend offers: arrays of its library, and models by name."""
-
-    name: str
-
-    def asarray(self, ids: object) -> Any:
-        """Token ids as an int64 array of this backend."""
-        ...
-
-    def load_target(self, spec: str | None = None) -> Any:
-        """The target `Model` named by `spec` (None: the backend's default)."""
-        ...
-
-    def load_drafter(self, name: str | None, target: Any) -> Any:
-        """A `Drafter` for `target` named by `name` (None: the backend's default)."""
-        ...
 
 
 def _plugins() -> dict[str, Any]:

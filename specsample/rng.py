@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import NDArray
 
-from specsample._array import Array, device, namespace
+from specsample._array import Array, check_int, device, namespace
 
-__all__ = ["Stream", "philox4x32", "uniforms"]
+__all__ = ["Seed", "Stream", "philox4x32", "round_uniforms", "row_seeds", "uniforms"]
+
+Seed = int | Sequence[int]  # one key for the batch, or one key per row
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
@@ -19,48 +23,61 @@ class Stream:
 
     SPECULATIVE = 0
     PLAIN = 1
+    FINAL = 2  # the final (correction or bonus) token of a round
 
 
-def philox4x32(counter: NDArray[np.uint32], key: tuple[int, int]) -> NDArray[np.uint32]:
+def philox4x32(counter: NDArray[np.uint32],
+               key: tuple[int | NDArray[np.uint64], int | NDArray[np.uint64]]) -> NDArray[np.uint32]:
     """Philox4x32-10 (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3").
 
     Args:
         counter: uint32 [..., 4] counters.
-        key: two 32-bit words.
+        key: two 32-bit words (ints, or uint64 arrays broadcastable to counter[..., 0]).
 
     Returns:
         uint32 [..., 4]: a random block per counter, a pure function of (counter, key).
     """
     c = [counter[..., i].astype(np.uint64) for i in range(4)]
-    k0, k1 = key[0] & 0xFFFFFFFF, key[1] & 0xFFFFFFFF
+    k0 = np.asarray(key[0], dtype=np.uint64) & _LOW
+    k1 = np.asarray(key[1], dtype=np.uint64) & _LOW
     for r in range(10):
         if r:
-            k0, k1 = (k0 + _W0) & 0xFFFFFFFF, (k1 + _W1) & 0xFFFFFFFF
+            k0, k1 = (k0 + np.uint64(_W0)) & _LOW, (k1 + np.uint64(_W1)) & _LOW
         p0, p1 = _M0 * c[0], _M1 * c[2]  # 64-bit products of 32-bit words
-        c = [(p1 >> np.uint64(32)) ^ c[1] ^ np.uint64(k0), p1 & _LOW,
-             (p0 >> np.uint64(32)) ^ c[3] ^ np.uint64(k1), p0 & _LOW]
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & _LOW,
+             (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & _LOW]
     return np.stack(c, axis=-1).astype(np.uint32)
 
 
-def _check_int(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if not low <= int(value) < high:
-        raise ValueError(f"{name}: expected an int in [{low}, {high}), got {value}")
-    return int(value)
+def row_seeds(seed: Seed, rows: int) -> NDArray[np.uint64] | None:
+    """Validate a seed: None for one int key, else uint64 [rows] (one key per row)."""
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        check_int("seed", seed, 0, 2**64)
+        return None
+    if hasattr(seed, "tolist"):
+        seed = seed.tolist()
+    if isinstance(seed, (str, bytes)) or not isinstance(seed, (Sequence, np.ndarray)):
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__} (or one int per row)")
+    values = [check_int(f"seed[{i}]", s, 0, 2**64) for i, s in enumerate(seed)]
+    if len(values) != rows:
+        raise ValueError(f"seed: expected one seed per row ({rows}), got {len(values)}")
+    return np.asarray(values, dtype=np.uint64)
 
 
-def uniforms(seed: int, step: int, rows: int, width: int, *, stream: int = Stream.SPECULATIVE,
+def uniforms(seed: Seed, step: int, rows: int, width: int, *, stream: int = Stream.SPECULATIVE,
              like: Array | None = None) -> Array:
     """Uniforms [rows, width] in [0, 1) for one step, reproducible from the seed.
 
-    Row b's draws depend only on (seed, stream, step, b): the Philox counter is
-    (draw pair, step, row, stream) and the key is the seed. So a row gets the
-    same randomness whatever batch it runs in, and every backend can be fed
-    the same numbers. Each double takes 53 random bits from two 32-bit words.
+    With one int seed, row b's draws depend only on (seed, stream, step, b): the
+    Philox counter is (draw pair, step, row, stream) and the key is the seed. With
+    one seed per row, row b's draws depend only on (seed[b], stream, step): the key
+    is the row's own seed and the counter's row word is 0, so a row gets the same
+    numbers whatever batch it runs in and wherever it sits (as with per-request seeds);
+    a one-row run with seed s equals a row with per-row seed s. Each double takes 53
+    random bits from two 32-bit words; column j does not depend on `width`.
 
     Args:
-        seed: the key, an int in [0, 2^64).
+        seed: the key, an int in [0, 2^64), or a sequence of `rows` such ints.
         step: the round (or decoding step) index, in [0, 2^32).
         rows: B.
         width: the number of draws per row.
@@ -70,21 +87,45 @@ def uniforms(seed: int, step: int, rows: int, width: int, *, stream: int = Strea
     Returns:
         float64 [rows, width] (on `like`'s library and device).
     """
-    seed = _check_int("seed", seed, 0, 2**64)
-    step = _check_int("step", step, 0, 2**32)
-    rows = _check_int("rows", rows, 0, 2**32)
-    width = _check_int("width", width, 0, 2**31)
-    stream = _check_int("stream", stream, 0, 2**32)
+    step = check_int("step", step, 0, 2**32)
+    rows = check_int("rows", rows, 0, 2**32)
+    width = check_int("width", width, 0, 2**31)
+    stream = check_int("stream", stream, 0, 2**32)
+    per_row = row_seeds(seed, rows)
     pairs = (width + 1) // 2
     counter = np.zeros((rows, pairs, 4), dtype=np.uint32)
     counter[..., 0] = np.arange(pairs, dtype=np.uint32)[None, :]
     counter[..., 1] = step
-    counter[..., 2] = np.arange(rows, dtype=np.uint32)[:, None]
+    if per_row is None:
+        counter[..., 2] = np.arange(rows, dtype=np.uint32)[:, None]
+        key: tuple[int | NDArray[np.uint64], int | NDArray[np.uint64]] = (
+            int(seed) & 0xFFFFFFFF, int(seed) >> 32)  # type: ignore[arg-type]
+    else:
+        key = ((per_row & _LOW)[:, None], (per_row >> np.uint64(32))[:, None])
     counter[..., 3] = stream
-    words = philox4x32(counter, (seed & 0xFFFFFFFF, seed >> 32)).astype(np.uint64)  # [B, pairs, 4]
+    words = philox4x32(counter, key).astype(np.uint64)  # [B, pairs, 4]
     high = (words[..., 0::2] >> np.uint64(5)).astype(np.float64)  # 27 bits
     low = (words[..., 1::2] >> np.uint64(6)).astype(np.float64)  # 26 bits
     out = ((high * 67108864.0 + low) / 9007199254740992.0).reshape(rows, 2 * pairs)[:, :width]
+    if like is None:
+        return out
+    xp = namespace(like)
+    return xp.asarray(out, device=device(like))
+
+
+def round_uniforms(seed: Seed, step: int, rows: int, k: int, *, like: Array | None = None) -> Array:
+    """The uniforms of one speculative round: [rows, 2k+1], laid out as `round_step` reads them.
+
+    Columns 0..k-1 draw the drafts, k..2k-1 decide acceptance, 2k draws the final token.
+    Draft slot i and acceptance slot i take draws 2i and 2i+1 of the round's stream and
+    the final token takes its own stream, so no draw depends on k: a row that drafts
+    fewer tokens than its neighbours (a per-row draft length) sees the numbers it would
+    see alone. A round with k = 0 (a plain step) is the final draw alone.
+    """
+    check = check_int("k", k, 0, 2**30)
+    paired = uniforms(seed, step, rows, 2 * check, like=None)  # [B, 2k]
+    final = uniforms(seed, step, rows, 1, stream=Stream.FINAL, like=None)  # [B, 1]
+    out = np.concatenate([paired[:, 0::2], paired[:, 1::2], final], axis=1)
     if like is None:
         return out
     xp = namespace(like)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specsample._array import Array, check_int, check_shape, device, namespace
-from specsample.cache import Cache, rollback
+from specsample.cache import Cache, check_live, rollback
 from specsample.params import SamplingParams
 from specsample.protocols import Drafter, Model
 from specsample.sample import sample
@@ -97,7 +97,8 @@ def _write(xp: Any, buffer: Array, lengths: Array, new: Array, count: Array) -> 
 
 def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params: SamplingParams,
                uniforms: Array, eos: int | None = None, check: bool = True,
-               verifier: Callable[..., Verdict] = verify) -> tuple[State, RoundResult]:
+               verifier: Callable[..., Verdict] = verify,
+               draft_lengths: Array | None = None) -> tuple[State, RoundResult]:
     """Draft k tokens, score them with one target forward, verify, commit.
 
     With k = 0 the round is a plain step: one token per row sampled from p with
@@ -112,8 +113,15 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
         check: validate the verify inputs.
         verifier: the acceptance rule, `verify` unless studying another one
             (the statistical tests swap in broken rules to show they are caught).
+        draft_lengths: int [B] in [0, k] or None: row b verifies only its first L_b
+            drafts (see `verify`); the drafter chose them from committed tokens.
+
+    Raises:
+        ConsumedCacheError: `state` was already used for a round (its caches were
+            consumed by a forward; see `specsample.cache`).
     """
     check_int("k", k, 0)
+    check_live(state.target_cache, "state.target_cache")
     xp = namespace(state.tokens)
     last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
     if k == 0:
@@ -131,8 +139,9 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
         logits, cache = target.forward(xp.concat([last, proposal.tokens], axis=1),
                                        state.target_cache)
         target_probs = warp(logits, params, check=check)  # [B, K+1, V]
+        extra = {} if draft_lengths is None else {"draft_lengths": draft_lengths}
         verdict = verifier(proposal.tokens, proposal.probs, target_probs, uniforms[:, k:],
-                           check=check)
+                           check=check, **extra)
         draft_state = proposal.state
     emitted = _emitted(xp, verdict, state, eos)
     tokens = _write(xp, state.tokens, state.lengths, verdict.tokens, emitted)

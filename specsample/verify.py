@@ -56,7 +56,7 @@ def _check(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
 
 
 def verify(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
-           uniforms: Array, *, check: bool = True) -> Verdict:
+           uniforms: Array, *, check: bool = True, draft_lengths: Array | None = None) -> Verdict:
     """Accept a prefix of the drafts, then emit a correction or bonus token.
 
     Static shapes and no host synchronisation (with check=False).
@@ -68,19 +68,46 @@ def verify(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
         target_probs: [B, K+1, V], the target's laws after each prefix.
         uniforms: [B, K+1] in [0, 1): K acceptance draws, then one for the final token.
         check: validate the inputs (switch off inside graphs once validated).
+        draft_lengths: int [B] in [0, K], or None (all K): row b uses only its first
+            L_b drafts. Slots at or beyond L_b are never accepted and q is taken as 0
+            at slot L_b, so a row that accepts all L_b drafts draws its bonus token
+            from p at L_b: the row is verified exactly as a round of K = L_b would be.
 
     Returns:
         The Verdict.
     """
     if check:
         _check(draft_tokens, draft_probs, target_probs, uniforms)
+        _check_lengths(draft_lengths, draft_tokens)
     k = int(draft_tokens.shape[1])
     p_x, q_x = token_probs(draft_tokens, draft_probs, target_probs)
     # Leviathan et al. (2023), Alg. 1: accept x with probability min(1, p(x)/q(x)),
     # written u * q(x) < p(x): strict and division-free, so p(x) = 0 is never accepted.
-    n = num_accepted(uniforms[:, :k] * q_x < p_x)
-    final = final_token(draft_tokens, draft_probs, target_probs, n, uniforms[:, k])
+    accept = uniforms[:, :k] * q_x < p_x  # [B, K]
+    if draft_lengths is not None:
+        accept = accept & (_slots(accept) < draft_lengths[:, None])
+    n = num_accepted(accept)
+    final = final_token(draft_tokens, draft_probs, target_probs, n, uniforms[:, k],
+                        draft_lengths=draft_lengths)
     return assemble(draft_tokens, n, final)
+
+
+def _slots(x: Array) -> Array:
+    """int64 [1, K]: the slot index of each column of x [B, K]."""
+    xp = namespace(x)
+    return xp.arange(int(x.shape[1]), dtype=xp.int64, device=device(x))[None, :]
+
+
+def _check_lengths(draft_lengths: Array | None, draft_tokens: Array) -> None:
+    if draft_lengths is None:
+        return
+    batch, k = (int(d) for d in draft_tokens.shape)
+    check_shape("draft_lengths", draft_lengths, (batch,))
+    xp = namespace(draft_lengths)
+    if not xp.isdtype(draft_lengths.dtype, "integral") or bool(xp.any(draft_lengths < 0)) or \
+            bool(xp.any(draft_lengths > k)):
+        raise ValueError(f"draft_lengths: expected ints in [0, {k}] (K), got "
+                         f"{[int(v) for v in draft_lengths]}")
 
 
 def token_probs(draft_tokens: Array, draft_probs: Array | None,
@@ -104,18 +131,19 @@ def num_accepted(accept: Array) -> Array:
 
 
 def final_token(draft_tokens: Array, draft_probs: Array | None, target_probs: Array, n: Array,
-                u: Array) -> Array:
+                u: Array, *, draft_lengths: Array | None = None) -> Array:
     """The token after n accepted drafts: int64 [B].
 
-    From max(0, p_n - q_n) after a rejection (n < K); from p_K after K
-    acceptances (the bonus token): setting q_K := 0 makes both one formula.
+    From max(0, p_n - q_n) after a rejection (n < L, L = K or the row's draft
+    length); from p_L after L acceptances (the bonus token): setting q_L := 0
+    makes both one formula.
     """
     xp = namespace(draft_tokens, target_probs)
     k = int(draft_tokens.shape[1])
     p = target_probs
     at = xp.minimum(n, k - 1)  # [B]
     p_n = rows_at(p, n)  # [B, V]
-    rejected = (n < k)[:, None]  # [B, 1]
+    rejected = (n < (k if draft_lengths is None else draft_lengths))[:, None]  # [B, 1]
     if draft_probs is None:
         x_n = rows_at(xp.astype(draft_tokens, xp.int64), at)[:, None]  # [B, 1]
         ids = xp.arange(int(p.shape[-1]), dtype=xp.int64, device=device(p))

@@ -10,7 +10,7 @@ import pytest
 from specsample_backends.reference import NGramModel, ReferenceBackend, create, random_ngram
 from specsample_backends.reference.backend import DEFAULT_TARGET, noisy, parse_spec
 
-from specsample.cache import rollback
+from specsample.cache import ConsumedCacheError, rollback
 from specsample.drafters import ModelDrafter
 from specsample.protocols import Drafter, Model
 
@@ -97,19 +97,20 @@ def test_forward_capacity_overflow(model: NGramModel) -> None:
         model.forward(np.zeros((2, 2), dtype=np.int64), cache)
 
 
-def test_forward_returns_a_new_cache_and_keeps_the_old(model: NGramModel) -> None:
+def test_forward_consumes_its_cache(model: NGramModel) -> None:
     _, cache = model.forward(np.array([[1, 2]], dtype=np.int64), model.new_cache(1, 6))
-    lengths, buffers = cache.lengths.copy(), cache.buffers.copy()
     _, new = model.forward(np.array([[4, 4, 4]], dtype=np.int64), cache)
-    assert new is not cache
-    assert new.buffers is not cache.buffers
-    np.testing.assert_array_equal(cache.lengths, lengths)
-    np.testing.assert_array_equal(cache.buffers, buffers)
+    assert new is not cache and new.live and not cache.live
     assert new.buffers[0, :5].tolist() == [1, 2, 4, 4, 4]
-    # the old value is still usable: a different continuation from it
-    logits, other = model.forward(np.array([[0]], dtype=np.int64), cache)
+    # The consumed cache raises instead of reading buffers a later forward overwrote.
+    with pytest.raises(ConsumedCacheError, match="cache: this cache was consumed by a later forward"):
+        model.forward(np.array([[0]], dtype=np.int64), cache)
+    # A rollback of the live cache is live: a different continuation from position 2.
+    logits, other = model.forward(np.array([[0]], dtype=np.int64), rollback(new, np.array([2])))
     np.testing.assert_array_equal(logits[0], _expected_logits(model, [1, 2, 0], 2, 1))
     assert other.buffers[0, :3].tolist() == [1, 2, 0]
+    with pytest.raises(ConsumedCacheError):
+        model.forward(np.array([[0]], dtype=np.int64), rollback(new, np.array([2])))
 
 
 @pytest.mark.parametrize(("vocab", "order", "zeros", "concentration"),

@@ -99,18 +99,3 @@ def test_prompts_are_mixed_tagged_and_distinct() -> None:
     assert set(tags[:2]) == {"open", "grounded"}  # --prompts 2 already mixes
     prompts = bench.greedy_prompts()
     assert len(prompts) >= 20 and len(set(prompts)) == len(prompts)
-
-
-@pytest.mark.slow
-def test_chat_ids_apply_the_chat_template() -> None:
-    from specsample_backends.torch.loading import load_tokenizer
-
-    tokenizer = load_tokenizer("smollm2")
-    ids = bench.chat_ids(tokenizer, "Hi")
-    text = tokenizer.decode(ids)
-    assert "user" in text and "Hi" in text and text.rstrip().endswith("assistant")
-    assert text.count("Hi") == 1 and ids[-1] != ids[0]
-    plain = tokenizer.encode("Hi")
-    assert len(ids) > len(plain)  # the template wraps the message
-    with pytest.raises(TypeError, match="text: expected a str, got int"):
-        bench.chat_ids(tokenizer, 3)  # type: ignore[arg-type]

@@ -89,8 +89,8 @@ def test_draft_tokens_have_positive_q_over_many_seeds(model: NGramModel) -> None
     rows = [[0], [1, 2], [3, 4, 5]]
     tokens, lengths = _prompt(rows)
     drafter = ModelDrafter(model)
-    state = drafter.start(tokens, lengths, CAPACITY)
     for seed in range(40):
+        state = drafter.start(tokens, lengths, CAPACITY)  # a proposal consumes the draft cache
         proposal = drafter.propose(state, tokens, lengths, 4, SamplingParams(), uniforms(seed, 0, 3, 4))
         q = np.take_along_axis(proposal.probs, proposal.tokens[:, :, None], axis=2)
         assert np.all(q > 0)

@@ -231,7 +231,7 @@ def test_homogeneity_keeps_the_most_frequent_outcomes_with_bins() -> None:
     assert narrow.m == 8 and narrow.passed and narrow.detectable_tv <= 0.035
     caught = homogeneity(same[0], rng.choice(law.size, size=n, p=shifted), bins=8)
     assert not caught.passed and caught.tv > caught.tau
-    with pytest.raises(ValueError, match="bins: expected an integer >= 2"):
+    with pytest.raises(ValueError, match="bins: expected an int >= 2"):
         homogeneity(same[0], same[1], bins=1)
 
 
@@ -286,11 +286,11 @@ def test_log_subsets() -> None:
 
 @pytest.mark.parametrize(("call", "error", "match"), [
     (lambda: samples_needed(0.0, m=8), ValueError, r"tv: expected a float in \(0, 1\], got 0.0"),
-    (lambda: samples_needed(0.1, m=1), ValueError, "m: expected an integer >= 2, got 1"),
+    (lambda: samples_needed(0.1, m=1), ValueError, "m: expected an int >= 2, got 1"),
     (lambda: samples_needed(0.1, m=8, beta=2.0), ValueError, r"beta: expected a float in \(0, 1\)"),
-    (lambda: detectable_tv(0, m=8), ValueError, "n: expected an integer >= 1, got 0"),
+    (lambda: detectable_tv(0, m=8), ValueError, "n: expected an int >= 1, got 0"),
     (lambda: detectable_tv(10, m=2.5),  # type: ignore[arg-type]
-     TypeError, "m: expected an integer >= 2, got float"),
+     TypeError, "m: expected an int, got float"),
 ])
 def test_sample_sizes_validate(call: object, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
@@ -425,8 +425,8 @@ def _bad_length(_: tuple[int, ...]) -> Sequence[Fraction]:
     (lambda c: ("1", 0, 0), markov_q, {}, TypeError, "expected Fractions, ints or floats, got str"),
     (markov_p, markov_q, {"deterministic": True}, ValueError,
      r"q\(context=\(0,\)\): expected a one-hot distribution \(deterministic=True\), got max 1/3"),
-    (markov_p, markov_q, {"k": 0}, ValueError, "k: expected an integer >= 1, got 0"),
-    (markov_p, markov_q, {"vocab_size": 0}, ValueError, "vocab_size: expected an integer >= 1"),
+    (markov_p, markov_q, {"k": 0}, ValueError, "k: expected an int >= 1, got 0"),
+    (markov_p, markov_q, {"vocab_size": 0}, ValueError, "vocab_size: expected an int >= 1"),
 ])
 def test_exact_round_law_validates(p: object, q: object, kwargs: dict[str, object],
                                    error: type[Exception], match: str) -> None:

@@ -114,7 +114,7 @@ def test_bad_arguments() -> None:
     lookup = get_backend("reference").load_drafter("lookup", target)
     with pytest.raises(TypeError, match="drafter: expected a model drafter"):
         tree_samples(target, lookup, prompt, n=10, k=2, params=SamplingParams(), seed=0)
-    with pytest.raises(ValueError, match="n: expected an integer >= 1"):
+    with pytest.raises(ValueError, match="n: expected an int >= 1"):
         tree_samples(target, drafter, prompt, n=0, k=2, params=SamplingParams(), seed=0)
     with pytest.raises(TypeError, match="params: expected SamplingParams"):
         tree_samples(target, drafter, prompt, n=10, k=2, params=0.7, seed=0)  # type: ignore[arg-type]

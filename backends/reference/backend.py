@@ -8,10 +8,11 @@ import numpy as np
 from numpy.typing import NDArray
 from specsample_backends.reference.ngram import NGramModel, random_ngram
 
+from specsample.backend import CoreBackend
 from specsample.drafters import ModelDrafter
 from specsample.protocols import Drafter, Model
 
-__all__ = ["ReferenceBackend", "create", "parse_spec"]
+__all__ = ["ReferenceBackend", "ToyTokenizer", "create", "parse_spec"]
 
 DEFAULT_TARGET = "ngram:vocab=8,order=2,seed=0"
 DEFAULT_DRAFT = "noisy:0.3"
@@ -38,7 +39,35 @@ def parse_spec(spec: str) -> dict[str, int | float]:
     return values
 
 
-class ReferenceBackend:
+class ToyTokenizer:
+    """Characters to ids of a toy model's vocabulary, for scripts that pass text.
+
+    A character's id is its code point modulo V; an id decodes to the id-th symbol
+    of `SYMBOLS`. Lossy by design (V is small): it lets one script run on every
+    backend, not reproduce text. No end-of-sequence token.
+    """
+
+    SYMBOLS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    eos_token_id: int | None = None
+    chat_template: str | None = None
+
+    def __init__(self, vocab: int) -> None:
+        if not 2 <= vocab <= len(self.SYMBOLS):
+            raise ValueError(f"vocab: the toy tokenizer covers V in [2, {len(self.SYMBOLS)}], got {vocab}")
+        self.vocab = vocab
+
+    def encode(self, text: str) -> list[int]:
+        """One id per character: its code point modulo V."""
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"text: expected a non-empty string, got {text!r}")
+        return [ord(c) % self.vocab for c in text]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        """One symbol per id."""
+        return "".join(self.SYMBOLS[int(i)] for i in ids)
+
+
+class ReferenceBackend(CoreBackend):
     """NumPy float64, eager: the oracle every other backend is compared with."""
 
     name = "reference"
@@ -56,6 +85,10 @@ class ReferenceBackend:
         values = parse_spec(spec or DEFAULT_TARGET)
         return random_ngram(int(values["vocab"]), order=int(values["order"]), seed=int(values["seed"]),
                             concentration=float(values["concentration"]), zeros=float(values["zeros"]))
+
+    def tokenizer(self, spec: str | None = None) -> ToyTokenizer:
+        """The toy tokenizer of the target `spec`'s vocabulary."""
+        return ToyTokenizer(int(parse_spec(spec or DEFAULT_TARGET)["vocab"]))
 
     def load_drafter(self, name: str | None, target: Model) -> Drafter:
         """'noisy:E' (the target's table mixed with E of another), 'lookup', or an ngram spec."""

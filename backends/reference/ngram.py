@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import NDArray
 
-from specsample.cache import Cache
+from specsample.cache import Cache, check_live, consume
 
 __all__ = ["NGramModel", "random_ngram"]
 
@@ -55,7 +55,8 @@ class NGramModel:
         if np.any(cache.lengths + width > cache.capacity):
             raise ValueError(f"tokens: writing {width} tokens at lengths {cache.lengths.tolist()} "
                              f"exceeds the cache capacity {cache.capacity}")
-        history = cache.buffers.copy()  # a new value; the old cache stays valid
+        check_live(cache)
+        history = cache.buffers  # written in place: the forward consumes `cache`
         rows = np.arange(batch)[:, None]
         positions = cache.lengths[:, None] + np.arange(width)[None, :]  # [B, T]
         history[rows, positions] = tokens
@@ -63,7 +64,7 @@ class NGramModel:
         offsets = positions[:, :, None] - np.arange(self.order - 1, -1, -1)[None, None, :]  # [B, T, order]
         context = np.where(offsets >= 0, history[rows[:, :, None], np.maximum(offsets, 0)], 0)
         logits = self._logits[tuple(np.moveaxis(context, -1, 0))]  # [B, T, V]
-        return logits, Cache(lengths=cache.lengths + width, capacity=cache.capacity, buffers=history)
+        return logits, consume(cache, lengths=cache.lengths + width, buffers=history)
 
     def law(self, context: tuple[int, ...]) -> list[Fraction]:
         """The exact next-token law after `context` (the whole prefix), as Fractions."""

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
-from specsample_backends.torch import loading
+from specsample_backends.torch import DEFAULT_DRAFT, DEFAULT_TARGET, loading
 from specsample_backends.torch.dtypes import DTYPES, dtype_option
 from specsample_backends.torch.model import HFModel
 from torch import Tensor, nn
 
+from specsample.backend import CoreBackend
 from specsample.drafters import ModelDrafter
-from specsample.generate import Generation, Step, _check_run, _prompt
-from specsample.params import SamplingParams
-from specsample.policy import KPolicy
+from specsample.generate import Generation, Step, finish, prepare_prompt
+from specsample.options import RunOptions
 
-from .engine import Capture, Engine, EngineOptions, as_policy, static_stack
+from .engine import Capture, Engine, EngineOptions, static_stack
 
 __all__ = ["DTYPES", "CompileCapture", "StaticBackend", "create_cpu", "engine_options"]
 
@@ -85,7 +85,7 @@ def engine_options(options: Mapping[str, object], known: Sequence[str]) -> Engin
     return EngineOptions(**values)
 
 
-class StaticBackend:
+class StaticBackend(CoreBackend):
     """Loads models like the torch backend and runs them on the static engine.
 
     Args:
@@ -106,22 +106,23 @@ class StaticBackend:
         """Token ids as an int64 tensor on the device."""
         return torch.as_tensor(ids, dtype=torch.int64, device=self.device)
 
-    def load_target(self, spec: str) -> HFModel:
-        """The target model ("smollm2", a directory, a .gguf file); a Llama architecture."""
-        return loading.load_target(spec, dtype=self.dtype, device=str(self.device))
+    def load_target(self, spec: str | None = None) -> HFModel:
+        """The target model ("smollm2", the default; a directory, a .gguf file); a Llama architecture."""
+        return loading.load_target(spec or DEFAULT_TARGET, dtype=self.dtype, device=str(self.device))
 
-    def load_drafter(self, name: str, target: HFModel) -> ModelDrafter:
-        """A model drafter: "early-exit:N", "int8" (compiled pieces only) or a draft model spec."""
-        drafter = loading.load_drafter(name, target)
+    def load_drafter(self, name: str | None, target: HFModel) -> ModelDrafter:
+        """A model drafter: "int8" (the default; compiled pieces only), "early-exit:N" or a draft
+        model spec."""
+        drafter = loading.load_drafter(name or DEFAULT_DRAFT, target)
         if not isinstance(drafter, ModelDrafter):
             raise ValueError(f"name: the static engine needs a draft model ('early-exit:N' or a model "
                              f"spec), got {name!r}")
         self.engine(target, drafter)  # validates now rather than at the first round
         return drafter
 
-    def tokenizer(self, spec: str) -> Any:
-        """The tokenizer of a model spec."""
-        return loading.load_tokenizer(spec)
+    def tokenizer(self, spec: str | None = None) -> Any:
+        """The tokenizer of a model spec (default: the default target's)."""
+        return loading.load_tokenizer(spec or DEFAULT_TARGET)
 
     def engine(self, target: HFModel, drafter: ModelDrafter) -> Engine:
         """The engine for (target, drafter), built once and kept (its graphs with it)."""
@@ -137,34 +138,27 @@ class StaticBackend:
                                  f"{self._engines[key].vocab}, got {drafter.model.vocab_size}")
         return self._engines[key]
 
-    def iterate(self, target: HFModel, drafter: ModelDrafter, input_ids: Any, *, max_new_tokens: int,
-                params: SamplingParams | None = None, k: int | KPolicy = 4, seed: int = 0,
-                eos_token_id: int | None = None, prompt_lengths: Any = None) -> Any:
-        """Stream rounds as `specsample.generate.iterate` does (core `Step`s)."""
-        _check_run(max_new_tokens, seed)
-        prompt, lengths = _prompt(self.asarray(input_ids), None if prompt_lengths is None else
-                                  self.asarray(prompt_lengths), target.vocab_size)
+    def iterate(self, target: HFModel, drafter: ModelDrafter, input_ids: Any,
+                run: RunOptions) -> Iterator[Step]:
+        """Rounds on the static engine, as core `Step`s (one per round, or per host sync).
+
+        Every RunOptions field runs as in the core loop except `verifier` (the compiled
+        verify is the token rule) and `check` (inputs are validated once, before the
+        graphs, whatever its value). `capacity` is a lower bound on the bucket taken.
+        """
+        run = self._run(run)
+        run.unsupported(self.name, verifier="token")
+        prompt, lengths = prepare_prompt(self.asarray(input_ids), run.prompt_lengths, target.vocab_size)
+        run.rows(int(prompt.shape[0]))
         engine = self.engine(target, drafter)
         with torch.no_grad():
-            steps: Any = engine.iterate(prompt, lengths, max_new_tokens=max_new_tokens,
-                                        params=params or SamplingParams(), policy=as_policy(k),
-                                        seed=seed, eos_token_id=eos_token_id)
-            yield from steps
+            yield from engine.iterate(prompt, lengths, run)
 
-    def generate(self, target: HFModel, drafter: ModelDrafter, input_ids: Any, *,
-                 max_new_tokens: int, pad_id: int = 0, **run: Any) -> Generation:
-        """Speculative sampling to completion, as `specsample.generate.generate`."""
-        steps: list[Step] = list(self.iterate(target, drafter, input_ids,
-                                              max_new_tokens=max_new_tokens, **run))
-        state = steps[-1].state
-        width = int(state.lengths.max())
-        pos = torch.arange(width, device=self.device)[None, :]
-        sequences = torch.where(pos < state.lengths[:, None], state.tokens[:, :width], pad_id)
-        given = run.get("prompt_lengths")
-        _, prompt_lengths = _prompt(self.asarray(input_ids), None if given is None else
-                                    self.asarray(given), target.vocab_size)
-        return Generation(sequences=sequences.clone(), lengths=state.lengths.clone(),
-                          prompt_lengths=prompt_lengths, metrics=steps[-1].metrics)
+    def generate(self, target: HFModel, drafter: ModelDrafter, input_ids: Any,
+                 run: RunOptions) -> Generation:
+        """Rounds to completion on the static engine, keeping only the last state."""
+        ids = self.asarray(input_ids)
+        return finish(self.iterate(target, drafter, ids, run), ids, self._run(run), target.vocab_size)
 
 
 def _stack(name: str, model: Any, pieces: bool) -> Any:

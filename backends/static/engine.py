@@ -20,12 +20,13 @@ from specsample_backends.torch import opaque
 from specsample_backends.torch._fast import DenseLinear, LlamaStack, llama_forward
 from torch import Tensor, nn
 
-from specsample.cache import Cache
-from specsample.generate import Generation, Step
+from specsample.cache import Cache, Lineage
+from specsample.drafters import DraftState
+from specsample.generate import Step
 from specsample.metrics import Metrics, tally
+from specsample.options import RunOptions
 from specsample.params import SamplingParams
-from specsample.policy import ConstantK, KPolicy
-from specsample.rng import uniforms as draw_uniforms
+from specsample.rng import round_uniforms
 from specsample.round import RoundResult, State
 from specsample.verify import Verdict
 
@@ -126,6 +127,7 @@ class Slot:
         tokens: int64 [B, C]; lengths, stop: int64 [B]; done: bool [B].
         target_kv, draft_kv: K/V buffers [B, H_kv, C, hd] per layer.
         knob: [4] sampling knobs; eos: int64 [] (-1: none).
+        lineage: the generation counter of the K/V buffers (bumped by every round).
         uniforms: K -> float64 [B, 2K+1], the round graph's random input.
         rounds: K -> the captured round; prefill: the captured prefill.
     """
@@ -138,6 +140,7 @@ class Slot:
     draft_kv: KV
     knob: Tensor
     eos: Tensor
+    lineage: Lineage = dataclasses.field(default_factory=Lineage)
     uniforms: dict[int, Tensor] = dataclasses.field(default_factory=dict)
     rounds: dict[int, Callable[..., Any]] = dataclasses.field(default_factory=dict)
     prefill: Callable[..., Any] | None = None
@@ -417,32 +420,35 @@ class Engine:
         slot.knob.copy_(knobs(params, self.vocab, dtype=slot.knob.dtype, device=self.device))
         slot.eos.fill_(-1 if eos_token_id is None else eos_token_id)
 
-    def iterate(self, prompt: Tensor, lengths: Tensor, *, max_new_tokens: int,
-                params: SamplingParams, policy: KPolicy, seed: int,
-                eos_token_id: int | None) -> Iterator[Step]:
+    def iterate(self, prompt: Tensor, lengths: Tensor, run: RunOptions) -> Iterator[Step]:
         """Rounds until every row stops, yielding core `Step`s after each host sync.
 
         The host reads device values once per `sync_every` rounds (stop flags and
         the per-round counts together). Between syncs a finished batch runs idle
         rounds (every row done: nothing is committed). With sync_every > 1 each
         yielded Step carries the state at the sync, not after its own round.
+        A Step's tokens, lengths and flags are copies; its caches name the slot's
+        buffers, which the next round consumes (`specsample.cache`).
 
         Args:
             prompt: int64 [B, T] right-padded, on the device; lengths int64 [B] (>= 1).
+            run: the run's options (`verifier` and `check` are the caller's to handle).
         """
-        batch = int(prompt.shape[0])
+        batch, policy = int(prompt.shape[0]), run.policy
         width = int(lengths.max())
-        slot = self.slot(batch, self.bucket(width + max_new_tokens + policy.k_max + 1))
-        self.load(slot, prompt, lengths, max_new_tokens, params, eos_token_id)
+        needed = max(width + run.max_new_tokens + policy.k_max + 1, run.capacity or 0)
+        slot = self.slot(batch, self.bucket(needed))
+        self.load(slot, prompt, lengths, run.max_new_tokens, run.params, run.eos_token_id)
         if width > 1:
             self.prefill(slot, prompt, width - 1)
         metrics, index, pending = Metrics(), 0, []
         while True:
             k = self.pick_k(policy.next_k(metrics))
             began = time.perf_counter()
-            run = self._round(slot, k)
-            slot.uniforms[k].copy_(torch.from_numpy(draw_uniforms(seed, index, batch, 2 * k + 1)))
-            out = tuple(t.clone() for t in run(slot.uniforms[k], slot.knob, slot.eos))
+            round_ = self._round(slot, k)
+            slot.uniforms[k].copy_(torch.from_numpy(round_uniforms(run.seed, index, batch, k)))
+            slot.lineage.generation += 1  # the round writes K/V: earlier Steps' caches are consumed
+            out = tuple(t.clone() for t in round_(slot.uniforms[k], slot.knob, slot.eos))
             self.capture.boundary()
             pending.append((index, k, out, time.perf_counter() - began))
             index += 1
@@ -454,14 +460,26 @@ class Engine:
             if finished:
                 return
 
+    def _snapshot(self, slot: Slot) -> State:
+        """The slot's state as values (copies), its caches bound to the slot's lineage."""
+        lengths = slot.lengths.clone()
+
+        def cache(kv: KV, held: Tensor) -> Cache:
+            return Cache(lengths=held, capacity=slot.capacity, buffers=kv, lineage=slot.lineage,
+                         generation=slot.lineage.generation)
+
+        return State(tokens=slot.tokens.clone(), lengths=lengths, stop_lengths=slot.stop.clone(),
+                     target_cache=cache(slot.target_kv, lengths - 1),
+                     draft_state=DraftState(cache=cache(slot.draft_kv, (lengths - 2).clamp(min=0)),
+                                            window=2),
+                     done=slot.done.clone())
+
     def _sync(self, slot: Slot, pending: list[Any], metrics: Metrics) -> tuple[bool, list[Step], Metrics]:
         """One device read for the pending rounds: their counts and whether all rows are done."""
         counts = torch.stack([torch.stack([n, e, a.long()]) for _, _, (_, n, e, a), _ in pending])
         host = torch.cat([counts.flatten(), slot.done.all().long()[None]]).tolist()  # the sync
         batch = int(slot.tokens.shape[0])
-        state = State(tokens=slot.tokens, lengths=slot.lengths, stop_lengths=slot.stop,
-                      target_cache=Cache(lengths=slot.lengths - 1, capacity=slot.capacity,
-                                         buffers=slot.target_kv), draft_state=None, done=slot.done)
+        state = self._snapshot(slot)
         steps = []
         for j, (index, k, (verdict, n, emitted, active), elapsed) in enumerate(pending):
             rows = host[3 * batch * j: 3 * batch * (j + 1)]
@@ -471,21 +489,3 @@ class Engine:
                                  active=active)
             steps.append(Step(index=index, k=k, result=result, state=state, metrics=metrics))
         return bool(host[-1]), steps, metrics
-
-    def generate(self, prompt: Tensor, lengths: Tensor, *, pad_id: int = 0, **run: Any) -> Generation:
-        """Run `iterate` to the end; see it for the arguments."""
-        steps = list(self.iterate(prompt, lengths, **run))
-        state = steps[-1].state
-        width = int(state.lengths.max())
-        pos = torch.arange(width, device=self.device)[None, :]
-        sequences = torch.where(pos < state.lengths[:, None], state.tokens[:, :width], pad_id)
-        return Generation(sequences=sequences.clone(), lengths=state.lengths.clone(),
-                          prompt_lengths=lengths, metrics=steps[-1].metrics)
-
-
-def as_policy(k: int | KPolicy) -> KPolicy:
-    """An int K as a constant policy; a KPolicy as is."""
-    policy = ConstantK(k=k) if isinstance(k, int) and not isinstance(k, bool) else k
-    if not isinstance(policy, KPolicy):
-        raise TypeError(f"k: expected an int or a KPolicy, got {type(k).__name__}")
-    return policy

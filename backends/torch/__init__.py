@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from specsample.backend import CoreBackend
 from specsample.protocols import Drafter
 
 from . import loading
@@ -38,8 +39,12 @@ def _device(value: object) -> torch.device:
     return device
 
 
-class TorchBackend:
-    """Loads models and drafters as torch `Model`s on one device and dtype."""
+DEFAULT_TARGET = "smollm2"
+DEFAULT_DRAFT = "int8"
+
+
+class TorchBackend(CoreBackend):
+    """Loads models and drafters as torch `Model`s on one device and dtype; runs the core loop."""
 
     name = "torch"
 
@@ -50,17 +55,17 @@ class TorchBackend:
         """Token ids (nested lists, NumPy, tensors) as an int64 tensor on the device."""
         return torch.as_tensor(ids, dtype=torch.int64, device=self.device)
 
-    def load_target(self, spec: str) -> HFModel:
-        """The target model: "smollm2", a model directory or a .gguf file."""
-        return loading.load_target(spec, dtype=self.dtype, device=str(self.device))
+    def load_target(self, spec: str | None = None) -> HFModel:
+        """The target model: "smollm2" (the default), a model directory or a .gguf file."""
+        return loading.load_target(spec or DEFAULT_TARGET, dtype=self.dtype, device=str(self.device))
 
-    def load_drafter(self, name: str, target: HFModel) -> Drafter:
-        """A drafter: "int8", "early-exit:N", "lookup" or a model spec."""
-        return loading.load_drafter(name, target)
+    def load_drafter(self, name: str | None, target: HFModel) -> Drafter:
+        """A drafter: "int8" (the default), "early-exit:N", "lookup" or a model spec."""
+        return loading.load_drafter(name or DEFAULT_DRAFT, target)
 
-    def tokenizer(self, spec: str) -> Any:
-        """The tokenizer of a model spec."""
-        return loading.load_tokenizer(spec)
+    def tokenizer(self, spec: str | None = None) -> Any:
+        """The tokenizer of a model spec (default: the default target's)."""
+        return loading.load_tokenizer(spec or DEFAULT_TARGET)
 
 
 def create(options: Mapping[str, object]) -> TorchBackend:

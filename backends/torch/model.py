@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 from transformers.cache_utils import Cache as HFCache
 
-from specsample.cache import Cache
+from specsample.cache import Cache, check_live, consume
 
 from ._fast import DenseLinear, LlamaStack, is_llama, llama_forward
 
@@ -144,10 +144,12 @@ class HFModel:
     def forward(self, tokens: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
         """Logits [B, T, V] (float32, or float64 for a float64 model) for tokens [B, T].
 
-        The K/V buffers of `cache` are updated in place (donated): use the
-        returned cache, whose lengths are advanced by T.
+        The K/V buffers of `cache` are updated in place: the forward consumes
+        `cache` (see `specsample.cache`); use the returned one, whose lengths are
+        advanced by T.
         """
         self._check(tokens, cache)
+        check_live(cache)
         width = tokens.shape[1]
         with torch.inference_mode():
             positions = cache.lengths[:, None] + self._slots[:width]  # [B, T]
@@ -158,7 +160,7 @@ class HFModel:
                 logits = self._generic(tokens, positions, mask, cache.buffers)
             logits = self._resize(logits if logits.dtype == torch.float64 else logits.float())
             lengths = cache.lengths + width
-        return logits, Cache(lengths=lengths, capacity=cache.capacity, buffers=cache.buffers)
+        return logits, consume(cache, lengths=lengths, buffers=cache.buffers)
 
     def _generic(self, tokens: Tensor, positions: Tensor, mask: Tensor, buffers: Buffers) -> Tensor:
         batch, width = tokens.shape

@@ -73,9 +73,15 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
     u = uniforms(0, 0, 1, 1, like=prompt)
 
     def target_step() -> None:
-        _sync(target.forward(prompt[:, -1:], cache)[0])
+        nonlocal cache
+        logits, cache = target.forward(prompt[:, -1:], cache)  # the forward consumes the old cache
+        _sync(logits)
+        cache = rollback(cache, lengths - 1)
 
     def draft_step() -> None:
-        _sync(drafter.propose(state, prompt, lengths, 1, params, u).tokens)
+        nonlocal state
+        proposal = drafter.propose(state, prompt, lengths, 1, params, u)
+        _sync(proposal.tokens)
+        state = drafter.advance(proposal.state, lengths)  # nothing committed: back to the prompt
 
     return _timed(draft_step, repeats) / _timed(target_step, repeats)

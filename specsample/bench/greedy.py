@@ -7,11 +7,10 @@ from typing import Any
 
 from specsample._array import check_int
 from specsample.bench.cost import next_logits
-from specsample.bench.load import Loaded, own_or_core
 from specsample.bench.progress import NO_PROGRESS, Progress
-from specsample.bench.prompts import chat_ids, greedy_prompts
-from specsample.generate import generate, generate_plain
+from specsample.bench.prompts import greedy_prompts
 from specsample.params import SamplingParams
+from specsample.runner import Runner, encode_text
 
 __all__ = ["TIE_GAP", "GreedyPlan", "GreedyReport", "greedy"]
 
@@ -52,36 +51,32 @@ class GreedyReport:
     other: int
 
 
-def _gap(loaded: Loaded, ids: list[int]) -> tuple[float, int, int]:
-    """(top-1 minus top-2 logit, top-1 id, top-2 id) of the target's next token after `ids`."""
-    top = next_logits(loaded.target, loaded.backend.asarray([ids])).double().topk(2)
+def _gap(runner: Runner, ids: list[int]) -> tuple[float, int, int]:
+    """(top-1 minus top-2 logit, top-1 id, top-2 id) of the target's next token after `ids` (torch)."""
+    top = next_logits(runner.target, runner.backend.asarray([ids])).double().topk(2)
     values, tokens = top.values.tolist(), top.indices.tolist()
     return values[0] - values[1], int(tokens[0]), int(tokens[1])
 
 
-def _compare(loaded: Loaded, text: str, n: int, tie_gap: float) -> dict[str, Any]:
-    config, backend, target, drafter, tokenizer = loaded
-    ids = chat_ids(tokenizer, text)
-    prompt = backend.asarray([ids])
-    params = SamplingParams(temperature=0)
-    plain = generate_plain(target, prompt, max_new_tokens=n, params=params, seed=config.seed).new_tokens(0)
-    spec = own_or_core(backend, "generate", generate)(
-        target, drafter, prompt, max_new_tokens=n, params=params, k=config.policy(), seed=config.seed,
-        eos_token_id=None).new_tokens(0)
+def _compare(runner: Runner, text: str, n: int, tie_gap: float) -> dict[str, Any]:
+    ids = encode_text(runner.tokenizer, text)
+    kw: dict[str, Any] = {"max_new_tokens": n, "params": SamplingParams(temperature=0), "eos_token_id": None}
+    plain = runner.generate_plain([ids], **kw).new_tokens(0)
+    spec = runner.generate([ids], **kw).new_tokens(0)
     first = next((i for i, (a, b) in enumerate(zip(plain, spec, strict=False)) if a != b),
                  None if len(plain) == len(spec) else min(len(plain), len(spec)))
     record: dict[str, Any] = {"prompt": text[:60], "tokens": len(plain), "equal": first is None,
                               "first_difference": first}
     if first is not None:
-        gap, best, second = _gap(loaded, ids + plain[:first])
+        gap, best, second = _gap(runner, ids + plain[:first])
         record.update(top2_gap=gap, plain_token=plain[first] if first < len(plain) else None,
                       spec_token=spec[first] if first < len(spec) else None,
                       top2=[best, second], near_tie=gap < tie_gap)
     return record
 
 
-def greedy(loaded: Loaded, plan: GreedyPlan, *, progress: Progress = NO_PROGRESS) -> GreedyReport:
-    """Greedy speculative vs plain greedy decoding; a difference must be a near-tie.
+def greedy(runner: Runner, plan: GreedyPlan, *, progress: Progress = NO_PROGRESS) -> GreedyReport:
+    """Greedy speculative vs plain greedy decoding on the runner's backend engine (EOS off).
 
     Speculative verification scores K+1 positions in one forward while plain decoding
     scores one: float32 sums in another order, so where the target's two best logits
@@ -95,7 +90,7 @@ def greedy(loaded: Loaded, plan: GreedyPlan, *, progress: Progress = NO_PROGRESS
     progress.stage("greedy", len(prompts), "prompt")
     records = []
     for text in prompts:
-        records.append(_compare(loaded, text, plan.max_new_tokens, plan.tie_gap))
+        records.append(_compare(runner, text, plan.max_new_tokens, plan.tie_gap))
         progress.advance(1)
     progress.end()
     equal = sum(r["equal"] for r in records)

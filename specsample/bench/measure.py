@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from specsample._array import check_int
-from specsample.bench.load import Loaded, own_or_core
 from specsample.bench.progress import NO_PROGRESS, Progress
-from specsample.bench.prompts import BATCH_PROMPTS, MEMORY_PROMPT, chat_ids
-from specsample.generate import generate, iterate
+from specsample.bench.prompts import BATCH_PROMPTS, MEMORY_PROMPT
 from specsample.params import SamplingParams
+from specsample.runner import Runner, encode_text
 
 __all__ = ["MEMORY_GROWTH_MIB", "batch", "memory", "rss_mib"]
 
@@ -31,15 +30,11 @@ def rss_mib() -> float:
     return float("nan")
 
 
-def _padded(loaded: Loaded, rows: Sequence[list[int]]) -> tuple[Any, Any]:
-    width = max(map(len, rows))
-    ids = loaded.backend.asarray([r + [0] * (width - len(r)) for r in rows])
-    return ids, loaded.backend.asarray([len(r) for r in rows])
-
-
-def batch(loaded: Loaded, *, max_new_tokens: int = 64, prompts: Sequence[str] = BATCH_PROMPTS,
+def batch(runner: Runner, *, max_new_tokens: int = 64, prompts: Sequence[str] = BATCH_PROMPTS,
           progress: Progress = NO_PROGRESS) -> dict[str, Any]:
     """Greedy: `prompts` as one ragged batch, then each alone; equal rows and the throughput ratio.
+
+    Every run goes to the runner's backend engine (EOS off, so each row makes `max_new_tokens`).
 
     Returns:
         A record: rows, rows_equal, tokens/s of both, throughput_ratio, acceptance.
@@ -47,22 +42,19 @@ def batch(loaded: Loaded, *, max_new_tokens: int = 64, prompts: Sequence[str] = 
     check_int("max_new_tokens", max_new_tokens, 1)
     if isinstance(prompts, str) or not prompts or not all(isinstance(p, str) for p in prompts):
         raise ValueError(f"prompts: expected a non-empty sequence of str, got {prompts!r}")
-    config, backend, target, drafter, tokenizer = loaded
-    rows = [chat_ids(tokenizer, p) for p in prompts]
-    ids, lengths = _padded(loaded, rows)
+    rows = [encode_text(runner.tokenizer, p) for p in prompts]
     kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "params": SamplingParams(temperature=0),
-                          "k": config.policy(), "seed": config.seed}
-    run = own_or_core(backend, "generate", generate)  # the backend's own engine where it has one
-    run(target, drafter, backend.asarray(rows[:1]), **{**kw, "max_new_tokens": 4})  # warm-up
+                          "eos_token_id": None}
+    runner.generate(rows[:1], **{**kw, "max_new_tokens": 4})  # warm-up
     progress.stage("batch vs batch 1", len(rows) + 1, "run")
     began = time.perf_counter()
-    together = run(target, drafter, ids, prompt_lengths=lengths, **kw)
+    together = runner.generate(rows, **kw)
     t_batch = time.perf_counter() - began
     progress.advance(1)
     t_alone, equal = 0.0, 0
     for row, prompt in enumerate(rows):
         began = time.perf_counter()
-        out = run(target, drafter, backend.asarray([prompt]), **kw)
+        out = runner.generate([prompt], **kw)
         t_alone += time.perf_counter() - began
         equal += int(out.new_tokens(0) == together.new_tokens(row))
         progress.advance(1)
@@ -71,27 +63,24 @@ def batch(loaded: Loaded, *, max_new_tokens: int = 64, prompts: Sequence[str] = 
     return {"rows": len(rows), "rows_equal": equal, "max_new_tokens": max_new_tokens,
             "tokens_per_s_batch": tokens / t_batch, "tokens_per_s_batch1": tokens / t_alone,
             "throughput_ratio": t_alone / t_batch, "acceptance_rate": together.metrics.acceptance_rate,
-            "histogram": list(together.metrics.histogram), "k": config.k}
+            "histogram": list(together.metrics.histogram), "k": runner.config.k}
 
 
-def memory(loaded: Loaded, *, max_new_tokens: int = 4000, prompt: str = MEMORY_PROMPT, every: int = 25,
+def memory(runner: Runner, *, max_new_tokens: int = 4000, prompt: str = MEMORY_PROMPT, every: int = 25,
            progress: Progress = NO_PROGRESS) -> dict[str, Any]:
-    """One long generation (EOS off); resident memory sampled every `every` rounds.
+    """One long generation on the runner's backend engine (EOS off); resident memory every `every` rounds.
 
     Returns:
         A record: tokens, seconds, RSS after warm-up (min, max, growth), peak and samples.
     """
     check_int("max_new_tokens", max_new_tokens, 1)
     check_int("every", every, 1)
-    config, backend, target, drafter, tokenizer = loaded
-    ids = backend.asarray([chat_ids(tokenizer, prompt)])
+    config = runner.config
     samples: list[tuple[int, float]] = []
     progress.stage("long generation", max_new_tokens, "tok")
     made = 0
     began = time.perf_counter()
-    steps = own_or_core(backend, "iterate", iterate)(
-        target, drafter, ids, max_new_tokens=max_new_tokens, params=config.params(), k=config.policy(),
-        seed=config.seed, eos_token_id=None)
+    steps = runner.iterate([prompt], max_new_tokens=max_new_tokens, eos_token_id=None)
     for step in steps:
         emitted = int(step.result.emitted.sum())
         made += emitted

@@ -11,17 +11,16 @@ from typing import Any
 
 from specsample._array import check_int
 from specsample.bench.cost import measure_cost_ratio
-from specsample.bench.load import Loaded, own_or_core
 from specsample.bench.output import compiled_graphs, machine, write_json
 from specsample.bench.peers import HFVariant, hf_generate, hf_module, hf_variants, quiet_transformers
 from specsample.bench.plots import plot_models
 from specsample.bench.progress import NO_PROGRESS, Progress
-from specsample.bench.prompts import PROMPTS, chat_ids
+from specsample.bench.prompts import PROMPTS
 from specsample.bench.summary import summarise
-from specsample.generate import Generation, generate, generate_plain
+from specsample.generate import Generation
 from specsample.metrics import Metrics
 from specsample.params import SamplingParams
-from specsample.registry import get_backend
+from specsample.runner import Runner, encode_text, load
 
 __all__ = ["Method", "ModelsPlan", "ModelsReport", "methods", "models", "run_all", "write_models"]
 
@@ -95,20 +94,20 @@ class ModelsReport:
             "records": self.records, "runs": self.runs}
 
 
-def _ours(loaded: Loaded, max_new: int, *, plain: bool) -> RunFn:
-    backend, config = loaded.backend, loaded.config
+def _ours(runner: Runner, max_new: int, *, plain: bool) -> RunFn:
+    """One generation on the runner's backend engine (EOS off); texts are not decoded (untimed work)."""
+    backend = runner.backend
 
     def run(ids: list[int], params: SamplingParams, seed: int) -> tuple[int, float, Metrics | None]:
-        prompt = backend.asarray([ids])
         began = time.perf_counter()
+        prompt, lengths = runner.encode([ids])
+        options = runner.options(max_new_tokens=max_new, params=params, seed=seed, eos_token_id=None,
+                                 prompt_lengths=lengths)
         out: Generation
         if plain:
-            out = own_or_core(backend, "generate_plain", generate_plain)(
-                loaded.target, prompt, max_new_tokens=max_new, params=params, seed=seed)
+            out = backend.generate_plain(runner.target, prompt, options)
         else:
-            out = own_or_core(backend, "generate", generate)(
-                loaded.target, loaded.drafter, prompt, max_new_tokens=max_new, params=params,
-                k=config.policy(), seed=seed, eos_token_id=None)
+            out = backend.generate(runner.target, runner.drafter, prompt, options)
         seconds = time.perf_counter() - began
         new = int(out.lengths[0]) - int(out.prompt_lengths[0])
         return new, seconds, None if plain else out.metrics
@@ -116,30 +115,27 @@ def _ours(loaded: Loaded, max_new: int, *, plain: bool) -> RunFn:
     return run
 
 
-def _versus(loaded: Loaded, name: str, target: str, draft: str) -> Loaded:
-    """The same models, config and tokenizer on another backend."""
-    backend = get_backend(name, {k: v for k, v in loaded.config.backend_options().items()
-                                 if k in ("device", "dtype")})
-    other = backend.load_target(target)
-    return loaded._replace(config=dataclasses.replace(loaded.config, backend=name), backend=backend,
-                           target=other, drafter=backend.load_drafter(draft, other))
+def _versus(runner: Runner, name: str, target: str | None, draft: str | None) -> Runner:
+    """The same models and config on another backend (only device, dtype and cost_ratio carried)."""
+    options = {k: v for k, v in runner.config.options.items() if k in ("device", "dtype", "cost_ratio")}
+    return load(dataclasses.replace(runner.config, backend=name, options=options), target=target, draft=draft)
 
 
-def methods(loaded: Loaded, draft: str, max_new_tokens: int, *, versus: Loaded | None = None,
+def methods(runner: Runner, draft: str | None, max_new_tokens: int, *, versus: Runner | None = None,
             with_hf: bool = True) -> list[Method]:
-    """Plain decoding (ours, transformers'), specsample, and transformers' assisted generation."""
-    k = loaded.config.k
-    out = [Method(family="plain", name="plain_ours", k=None, run=_ours(loaded, max_new_tokens, plain=True)),
+    """Plain decoding (ours, transformers'), specsample, and transformers' assisted generation
+    with the same draft (`draft` names it; None: no assisted peer)."""
+    k = runner.config.k
+    out = [Method(family="plain", name="plain_ours", k=None, run=_ours(runner, max_new_tokens, plain=True)),
            Method(family="specsample", name="specsample", k=k,
-                  run=_ours(loaded, max_new_tokens, plain=False))]
+                  run=_ours(runner, max_new_tokens, plain=False))]
     if versus is not None:
         name = f"specsample@{versus.config.backend}"
         out.append(Method(family=name, name=name, k=k, run=_ours(versus, max_new_tokens, plain=False)))
-    module = hf_module(loaded.target) if with_hf else None
+    module = hf_module(runner.target) if with_hf else None
     if module is None:
         return out
-    eos = loaded.tokenizer.eos_token_id
-    pad = 0 if eos is None else int(eos)
+    pad = runner.pad_id
 
     def hf(variant: HFVariant | None) -> RunFn:
         def run(ids: list[int], params: SamplingParams, seed: int) -> tuple[int, float, None]:
@@ -149,7 +145,8 @@ def methods(loaded: Loaded, draft: str, max_new_tokens: int, *, versus: Loaded |
 
     out.append(Method(family="plain", name="plain_hf", k=None, run=hf(None)))
     out += [Method(family="hf_assisted", name=v.name, k=v.k, run=hf(v))
-            for v in hf_variants(draft, loaded.target, loaded.drafter, k if isinstance(k, int) else None)]
+            for v in (hf_variants(draft, runner.target, runner.drafter, k if isinstance(k, int) else None)
+                      if draft is not None else [])]
     return out
 
 
@@ -174,7 +171,7 @@ def _warm_up(chosen: list[Method], prompts: Sequence[tuple[str, list[int]]], par
     progress.end()
 
 
-def run_all(loaded: Loaded, chosen: list[Method], prompts: Sequence[tuple[str, list[int]]],
+def run_all(runner: Runner, chosen: list[Method], prompts: Sequence[tuple[str, list[int]]],
             temperatures: Sequence[float], repeats: int, *,
             progress: Progress = NO_PROGRESS) -> tuple[list[dict[str, Any]], int | None]:
     """Every (repeat, setting, prompt, method) once, method order rotated per repetition.
@@ -182,7 +179,7 @@ def run_all(loaded: Loaded, chosen: list[Method], prompts: Sequence[tuple[str, l
     Returns:
         (the run records, torch.compile's graph count after the warm-up).
     """
-    config = loaded.config
+    config = runner.config
     _warm_up(chosen, prompts, dataclasses.replace(config.params(), temperature=temperatures[0]),
              config.seed, progress)
     graphs = compiled_graphs()
@@ -204,30 +201,33 @@ def run_all(loaded: Loaded, chosen: list[Method], prompts: Sequence[tuple[str, l
     return runs, graphs
 
 
-def models(loaded: Loaded, plan: ModelsPlan, *, target: str, draft: str,
+def models(runner: Runner, plan: ModelsPlan, *, target: str | None = None, draft: str | None = None,
            progress: Progress = NO_PROGRESS) -> ModelsReport:
     """Plain decoding, specsample and transformers' assisted generation, timed on the same prompts.
 
     Args:
-        loaded: the config, backend, target, drafter and tokenizer (see `load_models`).
+        runner: the loaded models (`specsample.load`); runs go to its backend's engine.
         plan: prompts, tokens, repeats, settings, peers.
-        target, draft: the specs `loaded` was made from (for `plan.versus` and the records).
+        target, draft: the specs `runner` was loaded with (for `plan.versus`, the
+            transformers peers and the records; default: the config's).
         progress: receives the warm-up and the timed runs.
     """
     if not isinstance(plan, ModelsPlan):
         raise TypeError(f"plan: expected a ModelsPlan, got {type(plan).__name__}")
+    target = runner.config.target if target is None else target
+    draft = runner.config.draft if draft is None else draft
     quiet_transformers()
-    prompts = [(tag, chat_ids(loaded.tokenizer, text)) for tag, text in PROMPTS[:plan.prompts]]
-    c = measure_cost_ratio(loaded.target, loaded.drafter, loaded.backend.asarray([prompts[0][1]]),
-                           loaded.config.params())
-    config = loaded.config
+    prompts = [(tag, encode_text(runner.tokenizer, text)) for tag, text in PROMPTS[:plan.prompts]]
+    c = measure_cost_ratio(runner.target, runner.drafter, runner.backend.asarray([prompts[0][1]]),
+                           runner.config.params())
+    config = runner.config
     if config.k == "adaptive" and "cost_ratio" not in config.options:
-        loaded = loaded._replace(config=dataclasses.replace(
+        runner = dataclasses.replace(runner, config=dataclasses.replace(
             config, options={**config.options, "cost_ratio": c}))
-    versus = None if plan.versus is None else _versus(loaded, plan.versus, target, draft)
-    chosen = methods(loaded, draft, plan.max_new_tokens, versus=versus, with_hf=plan.with_hf)
-    runs, warm = run_all(loaded, chosen, prompts, plan.temperatures, plan.repeats, progress=progress)
-    settings = {"backend": config.backend, "options": dict(loaded.config.options),
+    versus = None if plan.versus is None else _versus(runner, plan.versus, target, draft)
+    chosen = methods(runner, draft, plan.max_new_tokens, versus=versus, with_hf=plan.with_hf)
+    runs, warm = run_all(runner, chosen, prompts, plan.temperatures, plan.repeats, progress=progress)
+    settings = {"backend": config.backend, "options": dict(runner.config.options),
                 "target": target, "draft": draft, "k": config.k, "c": c,
                 "max_new_tokens": plan.max_new_tokens, "repeats": plan.repeats, "prompts": plan.prompts,
                 "temperatures": list(plan.temperatures), "versus": plan.versus,

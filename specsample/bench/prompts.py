@@ -1,11 +1,8 @@
-"""The benchmarks' built-in prompts, and the one place a user message becomes chat-formatted ids."""
+"""The benchmarks' built-in prompts (user messages; `specsample.runner.encode_text` formats them)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-__all__ = ["BATCH_PROMPTS", "GREEDY_EXTRA", "MEMORY_PROMPT", "PROMPTS", "chat_ids", "greedy_prompts"]
+__all__ = ["BATCH_PROMPTS", "GREEDY_EXTRA", "MEMORY_PROMPT", "PROMPTS", "greedy_prompts"]
 
 _PARAGRAPH = (
     "The lighthouse at Point Reyes was built in 1870 to warn ships away from the rocky "
@@ -64,21 +61,3 @@ MEMORY_PROMPT = "Tell me a very long story about a lighthouse keeper."
 def greedy_prompts() -> list[str]:
     """The models prompts, the batch prompts and a few more: 22 distinct user messages."""
     return list(dict.fromkeys([text for _, text in PROMPTS] + list(BATCH_PROMPTS) + list(GREEDY_EXTRA)))
-
-
-def chat_ids(tokenizer: Any, text: str) -> list[int]:
-    """A user message as token ids, chat-formatted when the tokenizer has a template.
-
-    Args:
-        tokenizer: a transformers tokenizer (`apply_chat_template`, `encode`).
-        text: the user message.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"text: expected a str, got {type(text).__name__}")
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                            add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, Mapping) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return [int(t) for t in ids]
-    return [int(t) for t in tokenizer.encode(text)]

@@ -18,7 +18,7 @@ from specsample.bench.stats import (
 __all__ = ["summarise"]
 
 
-def _record(family: str, temperature: float, runs: list[dict[str, Any]], *, draft: str, c: float,
+def _record(family: str, temperature: float, runs: list[dict[str, Any]], *, draft: str | None, c: float,
             plain: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The summary of one (method, setting); `plain` holds the faster plain variant's runs."""
     best, medians = best_variant(runs)
@@ -76,7 +76,7 @@ def _add_acceptance(record: dict[str, Any], runs: Sequence[Mapping[str, Any]],
         entry["efficiency"] = entry["throughput_speedup"] / entry["predicted_speedup"]
 
 
-def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str, c: float) -> list[dict[str, Any]]:
+def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float) -> list[dict[str, Any]]:
     """One record per (method family, temperature), speedups against the faster plain variant.
 
     Args:

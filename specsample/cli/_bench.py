@@ -11,6 +11,7 @@ from specsample import bench
 from specsample.benchcore import bench_verify
 from specsample.cli.options import SAMPLING, add_model_options, config_from_args, refuse_unused
 from specsample.cli._progress import Bars
+from specsample.runner import Runner, load
 
 __all__ = ["add_parser", "models_table", "run_models", "show_models"]
 
@@ -63,27 +64,27 @@ def run(args: argparse.Namespace) -> int:
         return run_models(args, temperatures=_temperatures(args.temperatures))
     plan = bench.GreedyPlan(**_given(args, "prompts", "max_new_tokens")) if args.what == "greedy" \
         else None  # bad sizes fail before the models load
-    loaded = bench.load_models(config_from_args(args), target=args.target, draft=args.draft)
-    settings = _settings(loaded, args)
+    runner = load(config_from_args(args))
+    settings = _settings(runner)
     if plan is not None:
-        return _greedy(loaded, plan, args.json, settings)
+        return _greedy(runner, plan, args.json, settings)
     if args.what == "batch":
-        return _batch(loaded, args.max_new_tokens, args.json, settings)
-    return _memory(loaded, args.max_new_tokens, args.json, settings)
+        return _batch(runner, args.max_new_tokens, args.json, settings)
+    return _memory(runner, args.max_new_tokens, args.json, settings)
 
 
 def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
-def _settings(loaded: bench.Loaded, args: argparse.Namespace) -> dict[str, Any]:
+def _settings(runner: Runner) -> dict[str, Any]:
     """The run's settings as the loaded models and config have them (recorded in the JSON)."""
-    config = loaded.config
-    return {"backend": config.backend, "options": dict(config.options), "target": args.target,
-            "draft": args.draft, "k": config.k, "temperature": config.temperature, "top_k": config.top_k,
+    config = runner.config
+    return {"backend": config.backend, "options": dict(config.options), "target": config.target,
+            "draft": config.draft, "k": config.k, "temperature": config.temperature, "top_k": config.top_k,
             "top_p": config.top_p, "min_p": config.min_p, "seed": config.seed,
-            "device": str(getattr(loaded.target, "device", None)),
-            "dtype": str(getattr(loaded.target, "dtype", None))}
+            "device": str(getattr(runner.target, "device", None)),
+            "dtype": str(getattr(runner.target, "dtype", None))}
 
 
 def _write(path: Path | None, payload: Mapping[str, object]) -> None:
@@ -124,14 +125,13 @@ def run_models(args: argparse.Namespace, *, temperatures: Sequence[float]) -> in
     values = {"prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
     plan = bench.ModelsPlan(**{k: v for k, v in values.items() if v is not None},
                             temperatures=tuple(temperatures), versus=args.versus, with_hf=not args.skip_hf)
-    loaded = bench.load_models(config_from_args(args), target=args.target, draft=args.draft)
     path = Path("results/bench.json") if args.json is None else args.json
-    return show_models(loaded, plan, target=args.target, draft=args.draft, path=path)
+    return show_models(load(config_from_args(args)), plan, path=path)
 
 
-def show_models(loaded: bench.Loaded, plan: bench.ModelsPlan, *, target: str, draft: str, path: Path) -> int:
+def show_models(runner: Runner, plan: bench.ModelsPlan, *, path: Path) -> int:
     """Run `bench.models`, write its JSON and plots, print the table."""
-    report = bench.models(loaded, plan, target=target, draft=draft, progress=Bars())
+    report = bench.models(runner, plan, progress=Bars())
     paths = bench.write_models(report, path)
     print(f"wrote {', '.join(str(p) for p in paths)}")
     models_table(report.records)
@@ -160,9 +160,9 @@ def models_table(records: Sequence[Mapping[str, Any]]) -> None:
               + (_fmt(r.get("ratio_vs_versus"), 7, ".2f") if versus else "") + f"  {r['variant']}")
 
 
-def _batch(loaded: bench.Loaded, max_new: int | None, path: Path | None, settings: dict[str, Any]) -> int:
+def _batch(runner: Runner, max_new: int | None, path: Path | None, settings: dict[str, Any]) -> int:
     n = 64 if max_new is None else max_new
-    record = bench.batch(loaded, max_new_tokens=n, progress=Bars())
+    record = bench.batch(runner, max_new_tokens=n, progress=Bars())
     record["draft"] = settings["draft"]
     print(f"greedy, {record['rows']} ragged prompts x {n} tokens: rows equal to batch 1: "
           f"{record['rows_equal']}/{record['rows']}; batch {record['tokens_per_s_batch']:.1f} tok/s vs "
@@ -171,9 +171,9 @@ def _batch(loaded: bench.Loaded, max_new: int | None, path: Path | None, setting
     return 0 if record["rows_equal"] == record["rows"] else 1
 
 
-def _memory(loaded: bench.Loaded, max_new: int | None, path: Path | None, settings: dict[str, Any]) -> int:
+def _memory(runner: Runner, max_new: int | None, path: Path | None, settings: dict[str, Any]) -> int:
     n = 4000 if max_new is None else max_new
-    r = bench.memory(loaded, max_new_tokens=n, progress=Bars())
+    r = bench.memory(runner, max_new_tokens=n, progress=Bars())
     print(f"{r['tokens']} tokens: resident memory after warm-up {r['rss_mib_min_after_warmup']:.0f}-"
           f"{r['rss_mib_max_after_warmup']:.0f} MiB (growth {r['growth_mib']:.1f} MiB), peak "
           f"{r['peak_rss_mib']:.0f} MiB")
@@ -181,10 +181,10 @@ def _memory(loaded: bench.Loaded, max_new: int | None, path: Path | None, settin
     return 0 if r["growth_mib"] < bench.MEMORY_GROWTH_MIB else 1
 
 
-def _greedy(loaded: bench.Loaded, plan: bench.GreedyPlan, path: Path | None,
+def _greedy(runner: Runner, plan: bench.GreedyPlan, path: Path | None,
             settings: dict[str, Any]) -> int:
-    report = bench.greedy(loaded, plan, progress=Bars(prefix=f"{settings['draft']}: "))
-    n, config = plan.max_new_tokens, loaded.config
+    report = bench.greedy(runner, plan, progress=Bars(prefix=f"{settings['draft']}: "))
+    n, config = plan.max_new_tokens, runner.config
     print(f"greedy, draft {settings['draft']}, K={config.k}, {n} tokens: {report.equal}/"
           f"{len(report.records)} prompts equal token for token; {report.near_ties} near-tie "
           f"differences (top-2 gap < {plan.tie_gap}); {report.other} other differences")

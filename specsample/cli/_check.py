@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from specsample.bench import Loaded, load_models, next_logits, own_or_core
+from specsample.backend import CoreBackend
+from specsample.bench import next_logits
 from specsample.cli.options import add_model_options, config_from_args, sampling_given
 from specsample.config import Config
-from specsample.generate import generate, generate_plain
+from specsample.runner import Runner, load
 from specsample.params import SamplingParams
 from specsample.testing import (
     FitResult,
@@ -66,11 +67,16 @@ def _draw(fn: Any, n: int, rows: int, bar: tqdm, **kwargs: Any) -> np.ndarray:
     seed = int(kwargs.pop("seed"))
     while sum(len(o) for o in out) < n:
         g = fn(seed=seed, **kwargs)
-        new = np.asarray(g.sequences[:, int(g.prompt_lengths[0]):][:, :3].cpu())
+        new = host(g.sequences[:, int(g.prompt_lengths[0]):][:, :3])
         out.append(new)
         bar.update(len(new))
         seed += 1
     return np.concatenate(out)[:n]
+
+
+def host(x: Any) -> np.ndarray:
+    """A NumPy copy of a NumPy array or a torch tensor on any device."""
+    return np.asarray(x.detach().cpu() if hasattr(x, "detach") else x)
 
 
 def _ids(tokens: np.ndarray) -> np.ndarray:
@@ -102,26 +108,23 @@ def project(tokens: np.ndarray, top: np.ndarray) -> np.ndarray:
 BINS = 8  # outcomes per test: the 7 most frequent and the rest (keeps the TV bound useful)
 
 
-def _engine(loaded: Loaded, args: argparse.Namespace, prompt: Any, params: SamplingParams,
+def _engine(runner: Runner, args: argparse.Namespace, prompt: Any, params: SamplingParams,
             verifier: Any, bar: tqdm) -> tuple[np.ndarray, np.ndarray]:
     """[n, 3] first tokens of speculative and plain generations, through the backend's engine."""
-    config, backend, target, drafter, _ = loaded
-    rows = backend.asarray(np.zeros((min(args.rows or ROWS, args.n), 1), dtype=np.int64)) + prompt
-    spec_run = own_or_core(backend, "generate", generate)
-    spec = _draw(spec_run, args.n, len(rows), bar, target=target, drafter=drafter,
-                 input_ids=rows, max_new_tokens=3, params=params, k=config.policy(),
-                 seed=config.seed, **({"verifier": verifier} if spec_run is generate else {}))
-    plain = _draw(generate_plain, args.n, len(rows), bar, target=target, input_ids=rows,
-                  max_new_tokens=3, params=params, seed=config.seed + 10**6)
+    rows = runner.backend.asarray(np.zeros((min(args.rows or ROWS, args.n), 1), dtype=np.int64)) + prompt
+    common = {"prompts": rows, "max_new_tokens": 3, "params": params, "eos_token_id": None}
+    spec = _draw(runner.generate, args.n, len(rows), bar, seed=runner.config.seed,
+                 verifier="token" if args.broken is None else verifier, **common)
+    plain = _draw(runner.generate_plain, args.n, len(rows), bar, seed=runner.config.seed + 10**6, **common)
     return spec, plain
 
 
-def _tree(loaded: Loaded, args: argparse.Namespace, prompt: Any, params: SamplingParams,
+def _tree(runner: Runner, args: argparse.Namespace, prompt: Any, params: SamplingParams,
           verifier: Any, bar: tqdm) -> tuple[np.ndarray, np.ndarray]:
     """[n, 3] first tokens of speculative and plain sampling, each distinct prefix once."""
-    spec, plain, counts = tree_samples(loaded.target, loaded.drafter, prompt, n=args.n,
-                                       k=int(loaded.config.k), params=params,
-                                       seed=loaded.config.seed, verifier=verifier,
+    spec, plain, counts = tree_samples(runner.target, runner.drafter, prompt, n=args.n,
+                                       k=int(runner.config.k), params=params,
+                                       seed=runner.config.seed, verifier=verifier,
                                        lookahead=broken.LOOKAHEAD.get(args.broken or "", 0),
                                        progress=bar.update)
     bar.set_postfix(laws=counts["laws"], forwarded=counts["forwarded"])
@@ -134,10 +137,11 @@ def _constant_k(k: int | str) -> None:
                          f"--sampler engine)")
 
 
-def _mode(args: argparse.Namespace, loaded: Loaded) -> str:
+def _mode(args: argparse.Namespace, runner: Runner) -> str:
     """Pick and validate the sampler for the backend and drafter; fill in the default n."""
-    config, backend, _, drafter, _ = loaded
-    own_engine = own_or_core(backend, "generate", generate) is not generate
+    config, drafter = runner.config, runner.drafter
+    runs_core: Any = CoreBackend.generate
+    own_engine = type(runner.backend).generate is not runs_core  # e.g. the static engine
     if args.sampler == "auto":
         args.sampler = "engine" if own_engine else "tree"
     rule = "the core's verify" if args.broken is None else f"BROKEN rule {args.broken!r}"
@@ -145,7 +149,7 @@ def _mode(args: argparse.Namespace, loaded: Loaded) -> str:
         _constant_k(config.k)
         if not callable(getattr(drafter, "laws", None)):
             raise ValueError(f"--draft: the tree sampler needs a draft model (int8, early-exit:N "
-                             f"or a model), got {args.draft!r} (or use --sampler engine)")
+                             f"or a model), got {config.draft!r} (or use --sampler engine)")
         if args.rows is not None:
             raise ValueError(f"--rows: only the engine sampler draws in calls of rows, got {args.rows} "
                              f"with the tree sampler (or use --sampler engine)")
@@ -200,22 +204,22 @@ def run(args: argparse.Namespace) -> int:
     chosen = settings(args, config)
     if args.sampler == "tree":  # fail before loading models
         _constant_k(config.k)
-    loaded = load_models(config, target=args.target, draft=args.draft)
-    backend, tokenizer = loaded.backend, loaded.tokenizer
-    prompt = backend.asarray([tokenizer(args.prompt)["input_ids"]])
+    runner = load(config)
+    backend, tokenizer = runner.backend, runner.tokenizer
+    prompt = backend.asarray([tokenizer.encode(args.prompt)])  # raw text: no chat template
     verifier = verify if args.broken is None else broken.VERIFIERS[args.broken]
-    mode = _mode(args, loaded)
+    mode = _mode(args, runner)
     if args.n < 100:
         raise ValueError(f"--n: expected >= 100 samples per method, got {args.n} (from --tv "
                          f"{args.tv} and --alpha {args.alpha})")
-    print(f"check: target {args.target}, draft {args.draft}, backend {config.backend}, K={config.k}, "
+    print(f"check: target {config.target}, draft {config.draft}, backend {config.backend}, K={config.k}, "
           f"{mode}, prompt {args.prompt!r}, n={args.n:,} per method, alpha={args.alpha}")
     print(f"  two-sample size to detect TV {args.tv} with both error rates <= {args.alpha}: "
           f"{samples_needed_two_sample(args.tv, m=BINS, alpha=args.alpha, beta=args.alpha):,} "
           f"per method ({BINS} outcomes)")
     ok, panels = True, []
     for name, params in chosen.items():
-        passed, panel = _one(loaded, args, prompt, name, params, verifier)
+        passed, panel = _one(runner, args, prompt, name, params, verifier)
         ok &= passed
         panels.append(panel)
     _plot(panels, args.plot, tokenizer)
@@ -226,15 +230,16 @@ def run(args: argparse.Namespace) -> int:
 Panel = tuple[str, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _one(loaded: Loaded, args: argparse.Namespace, prompt: Any, name: str, params: SamplingParams,
+def _one(runner: Runner, args: argparse.Namespace, prompt: Any, name: str, params: SamplingParams,
          verifier: Any) -> tuple[bool, Panel]:
     """Sample, test and print one setting; (every test passed, the plot's panel)."""
     draw = _tree if args.sampler == "tree" else _engine
     bar = tqdm(total=2 * args.n, desc=f"{name}: sampling", unit="seq")
     began = time.perf_counter()
-    spec, plain = draw(loaded, args, prompt, params, verifier, bar)
+    spec, plain = draw(runner, args, prompt, params, verifier, bar)
     bar.close()
-    exact = np.asarray(warp(next_logits(loaded.target, prompt).double(), params).cpu())
+    logits = next_logits(runner.target, prompt)
+    exact = host(warp(logits.double() if hasattr(logits, "double") else logits.astype(np.float64), params))
     top, expected = top_outcomes(exact, BINS)
     results: dict[str, FitResult | HomogeneityResult] = {
         "first token, spec vs exact p (top 7 + rest)": goodness_of_fit(
@@ -246,7 +251,7 @@ def _one(loaded: Loaded, args: argparse.Namespace, prompt: Any, name: str, param
     print(f"{name} ({time.perf_counter() - began:.0f} s): {params}")
     if float(exact.max()) > 1 - 1e-9:
         print(f"  note: under {name} the first token after {args.prompt!r} is certain "
-              f"({loaded.tokenizer.decode([int(exact.argmax())])!r}): the first-token tests say "
+              f"({runner.tokenizer.decode([int(exact.argmax())])!r}): the first-token tests say "
               f"nothing here; the 3-token test does (or choose another --prompt)")
     for what, result in results.items():
         print(f"  {what}: {result}")

@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
+import specsample
 from specsample import bench
 from specsample.cli._bench import show_models
 from specsample.cli._generate import generate_text
-from specsample.cli.options import load_config
+from specsample.cli.options import DEFAULT_DRAFT, DEFAULT_TARGET, load_config
 from specsample.cli._progress import Bars
 from specsample.config import Config
 from specsample.generate import iterate
@@ -48,13 +49,14 @@ def model_demo(*, k: int, seed: int) -> int:
     """The README's first command: SmolLM2-135M with its int8 self-draft, then a short bench."""
     print(f"specsample demo: SmolLM2-135M-Instruct (target) and its int8 copy (draft), K={k}; "
           f"loading...")
-    config = load_config(None, {"k": k, "seed": seed, "temperature": 0.7})
-    loaded = bench.load_models(config, target="smollm2", draft="int8")
+    config = load_config(None, {"k": k, "seed": seed, "temperature": 0.7, "target": DEFAULT_TARGET,
+                                "draft": DEFAULT_DRAFT})
+    runner = specsample.load(config)
     print("two prompts as one ragged batch, T=0.7 (the first streamed):")
-    generate_text(loaded, [bench.PROMPTS[0][1], bench.PROMPTS[2][1]], 48, stream=True)
+    generate_text(runner, [bench.PROMPTS[0][1], bench.PROMPTS[2][1]], 48, stream=True)
     print("\nshort benchmark: 2 prompts, 1 repeat, 32 tokens, greedy and T=0.7")
     plan = bench.ModelsPlan(prompts=2, repeats=1, max_new_tokens=32)
-    return show_models(loaded, plan, target="smollm2", draft="int8", path=Path("results/demo.json"))
+    return show_models(runner, plan, path=Path("results/demo.json"))
 
 
 def toy_demo(*, rows: int, k: int, seed: int) -> int:

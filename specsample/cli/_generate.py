@@ -7,10 +7,11 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from specsample.bench import Loaded, chat_ids, load_models, measure_cost_ratio, own_or_core, policy_with_cost
+from specsample.bench import measure_cost_ratio, policy_with_cost
 from specsample.cli.options import add_model_options, config_from_args
-from specsample.generate import Step, iterate
+from specsample.generate import Step
 from specsample.metrics import Metrics
+from specsample.runner import Runner, load
 
 __all__ = ["add_parser", "generate_text"]
 
@@ -29,8 +30,7 @@ def run(args: argparse.Namespace) -> int:
     max_new = 128 if args.max_new_tokens is None else args.max_new_tokens
     if max_new < 1:
         raise ValueError(f"--max-new-tokens: expected >= 1, got {max_new}")
-    loaded = load_models(config_from_args(args), target=args.target, draft=args.draft)
-    return generate_text(loaded, args.prompt, max_new, stream=len(args.prompt) == 1)
+    return generate_text(load(config_from_args(args)), args.prompt, max_new, stream=len(args.prompt) == 1)
 
 
 def _stream(steps: Iterator[Step], tokenizer: Any, prompt_length: int) -> Step:
@@ -55,37 +55,32 @@ def _print_metrics(m: Metrics, *, seconds: float, c: float) -> None:
           f"measured c = {c:.3f}; predicted speedup (Thm 3.8) {m.predicted_speedup(c):.2f}x")
 
 
-def _settings(loaded: Loaded, max_new: int) -> str:
-    config, target = loaded.config, loaded.target
-    where = " ".join(f"{n} {getattr(target, n)}" for n in ("device", "dtype") if hasattr(target, n))
-    return (f"settings: backend {config.backend}, {where}, drafter {type(loaded.drafter).__name__}, "
+def _settings(runner: Runner, max_new: int) -> str:
+    config, target = runner.config, runner.target
+    where = "".join(f"{n} {getattr(target, n)}, " for n in ("device", "dtype") if hasattr(target, n))
+    return (f"settings: backend {config.backend}, target {config.target}, {where}"
+            f"drafter {type(runner.drafter).__name__} ({config.draft}), "
             f"K={config.k}, {config.params()}, "
             f"seed {config.seed}, max new tokens {max_new}")
 
 
-def generate_text(loaded: Loaded, prompts: Sequence[str], max_new: int, *, stream: bool) -> int:
+def generate_text(runner: Runner, prompts: Sequence[str], max_new: int, *, stream: bool) -> int:
     """Generate for `prompts` as one batch; stream row 0 if asked, print the other rows after."""
-    config, backend, target, drafter, tokenizer = loaded
-    rows = [chat_ids(tokenizer, p) for p in prompts]
-    eos = tokenizer.eos_token_id
-    pad = 0 if eos is None else int(eos)
-    width = max(map(len, rows))
-    ids = backend.asarray([r + [pad] * (width - len(r)) for r in rows])
-    params = config.params()
-    c = measure_cost_ratio(target, drafter, backend.asarray([rows[0]]), params)
-    steps = own_or_core(backend, "iterate", iterate)(
-        target, drafter, ids, max_new_tokens=max_new, params=params, k=policy_with_cost(config, c),
-        seed=config.seed, eos_token_id=eos, prompt_lengths=backend.asarray([len(r) for r in rows]))
+    config, tokenizer = runner.config, runner.tokenizer
+    ids, lengths = runner.encode(list(prompts))
+    rows = [int(n) for n in lengths]
+    c = measure_cost_ratio(runner.target, runner.drafter, ids[:1, :rows[0]], config.params())
+    steps = runner.iterate(ids, max_new_tokens=max_new, k=policy_with_cost(config, c), prompt_lengths=lengths)
     began = time.perf_counter()
     if stream:
         print(f"> {prompts[0]}")
-        last = _stream(steps, tokenizer, len(rows[0]))
+        last = _stream(steps, tokenizer, rows[0])
     else:
         *_, last = steps
     seconds = time.perf_counter() - began
     for i in range(1 if stream else 0, len(rows)):
-        new = [int(t) for t in last.state.tokens[i, len(rows[i]):int(last.state.lengths[i])]]
+        new = [int(t) for t in last.state.tokens[i, rows[i]:int(last.state.lengths[i])]]
         print(f"> {prompts[i]}\n{tokenizer.decode(new, skip_special_tokens=True)}\n")
     _print_metrics(last.metrics, seconds=seconds, c=c)
-    print(_settings(loaded, max_new))
+    print(_settings(runner, max_new))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
@@ -16,10 +17,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["DEFAULT_BACKEND", "SAMPLING", "add_model_options", "config_from_args", "flag", "k_value",
-           "load_config", "refuse_unused", "sampling_given"]
+__all__ = ["DEFAULT_BACKEND", "DEFAULT_DRAFT", "DEFAULT_TARGET", "SAMPLING", "add_model_options",
+           "config_from_args", "flag", "k_value", "load_config", "refuse_unused", "sampling_given"]
 
 DEFAULT_BACKEND = "torch"
+# The CLI's models when no flag, config file or environment names them (a real model); the
+# reference backend's toy models are its own defaults.
+DEFAULT_TARGET, DEFAULT_DRAFT = "smollm2", "int8"
 SAMPLING = ("temperature", "top_k", "top_p", "min_p")  # Config fields set by the sampling flags
 
 
@@ -44,10 +48,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                        help=f"backend name (default: {ENV_PREFIX}BACKEND, the config file, else "
                             f"{DEFAULT_BACKEND!r})")
     group.add_argument("--config", type=Path, default=None, help="a TOML config file")
-    group.add_argument("--target", default="smollm2",
-                       help="target model: 'smollm2', a model directory or a .gguf file")
-    group.add_argument("--draft", default="int8",
-                       help="drafter: 'int8', 'early-exit:N', 'lookup' or a model spec")
+    group.add_argument("--target", default=None,
+                       help=f"target model: {DEFAULT_TARGET!r} (default), a model directory or a "
+                            f".gguf file; on the reference backend an 'ngram:...' spec")
+    group.add_argument("--draft", default=None,
+                       help=f"drafter: {DEFAULT_DRAFT!r} (default), 'early-exit:N', 'lookup' or a model "
+                            f"spec; on the reference backend 'noisy:E', 'lookup' or 'ngram:...'")
     group.add_argument("--k", type=k_value, default=None, help="drafts per round, or 'adaptive'")
     group.add_argument("--temperature", type=float, default=None, help="0 means greedy")
     group.add_argument("--top-k", type=int, default=None)
@@ -60,9 +66,13 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace, *, environ: Mapping[str, str] | None = None) -> Config:
-    """Defaults < environment < --config TOML < explicit options (backend default: torch)."""
+    """Defaults < environment < --config TOML < explicit options (backend default: torch).
+
+    Target and draft left unnamed are the CLI's real model and int8 self-draft, except on
+    the reference backend (its toy models).
+    """
     values: dict[str, Any] = {}
-    for name in ("backend", "k", *SAMPLING, "seed"):
+    for name in ("backend", "target", "draft", "k", *SAMPLING, "seed"):
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     options = {name: getattr(args, name) for name in ("device", "dtype")
@@ -77,7 +87,11 @@ def load_config(file: Path | None, values: Mapping[str, Any], *,
     """Defaults < environment < TOML `file` < `values`, with the CLI's default backend (torch)."""
     env = dict(os.environ if environ is None else environ)
     env.setdefault(ENV_PREFIX + "BACKEND", DEFAULT_BACKEND)  # below env and TOML
-    return Config.load(file, environ=env, values=values)
+    config = Config.load(file, environ=env, values=values)
+    if config.backend == "reference":
+        return config
+    return dataclasses.replace(config, target=config.target or DEFAULT_TARGET,
+                               draft=config.draft or DEFAULT_DRAFT)
 
 
 def sampling_given(args: argparse.Namespace, *, environ: Mapping[str, str] | None = None) -> list[str]:

@@ -15,7 +15,7 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
-from specsample.testing._inputs import check_int
+from specsample._array import check_int
 
 __all__ = ["accepted_length_law", "autoregressive_law", "exact_round_law", "exact_sequence_law",
            "expected_tokens_per_round"]
@@ -130,7 +130,7 @@ def _prefix(prefix: Sequence[int]) -> tuple[int, ...]:
 
 
 def _models(p: DistFn, q: DistFn, vocab_size: int, deterministic: bool) -> tuple[_Model, _Model]:
-    vocab_size = check_int(vocab_size, "vocab_size", 1)
+    vocab_size = check_int("vocab_size", vocab_size, 1)
     return _Model(p, "p", vocab_size), _Model(q, "q", vocab_size, one_hot=deterministic)
 
 
@@ -151,7 +151,7 @@ def exact_round_law(p: DistFn, q: DistFn, prefix: Sequence[int], *, k: int, voca
         {emitted tokens (n accepted, then the final one; length 1..k+1): probability > 0}.
     """
     models = _models(p, q, vocab_size, deterministic)
-    return _round_from(*models, _prefix(prefix), check_int(k, "k", 1))
+    return _round_from(*models, _prefix(prefix), check_int("k", k, 1))
 
 
 def exact_sequence_law(p: DistFn, q: DistFn, prefix: Sequence[int], *, k: int, vocab_size: int,
@@ -174,8 +174,8 @@ def exact_sequence_law(p: DistFn, q: DistFn, prefix: Sequence[int], *, k: int, v
         {tokens (length `length`): probability > 0}.
     """
     models = _models(p, q, vocab_size, deterministic)
-    return _sequence_from(*models, _prefix(prefix), check_int(k, "k", 1),
-                          check_int(length, "length", 1))
+    return _sequence_from(*models, _prefix(prefix), check_int("k", k, 1),
+                          check_int("length", length, 1))
 
 
 def autoregressive_law(p: DistFn, prefix: Sequence[int], *, length: int,
@@ -191,8 +191,8 @@ def autoregressive_law(p: DistFn, prefix: Sequence[int], *, length: int,
     Returns:
         {tokens (length `length`): probability > 0}.
     """
-    model = _Model(p, "p", check_int(vocab_size, "vocab_size", 1))
-    return _autoregressive_from(model, _prefix(prefix), check_int(length, "length", 1))
+    model = _Model(p, "p", check_int("vocab_size", vocab_size, 1))
+    return _autoregressive_from(model, _prefix(prefix), check_int("length", length, 1))
 
 
 def _acceptance(alpha: Prob) -> Fraction:
@@ -214,7 +214,7 @@ def accepted_length_law(alpha: Prob, k: int) -> list[Fraction]:
     Returns:
         [P(n = 0), ..., P(n = k)]: alpha^i (1 - alpha) for i < k, alpha^k for i = k.
     """
-    rate, k = _acceptance(alpha), check_int(k, "k", 1)
+    rate, k = _acceptance(alpha), check_int("k", k, 1)
     return [rate**i * (1 - rate) for i in range(k)] + [rate**k]
 
 
@@ -228,7 +228,7 @@ def expected_tokens_per_round(alpha: Prob, k: int) -> Fraction:
     Returns:
         (1 - alpha^(k+1)) / (1 - alpha), or k + 1 when alpha = 1.
     """
-    rate, k = _acceptance(alpha), check_int(k, "k", 1)
+    rate, k = _acceptance(alpha), check_int("k", k, 1)
     if rate == 1:
         return Fraction(k + 1)
     return (1 - rate ** (k + 1)) / (1 - rate)

@@ -8,7 +8,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats
 
-from specsample.testing._inputs import as_ids, check_int, check_level, check_tau
+from specsample._array import check_int
+from specsample.testing._inputs import as_ids, check_level, check_tau
 from specsample.testing._pool import merge, pool_by_expected
 from specsample.testing._power import tv_false_alarm, tv_threshold
 
@@ -135,7 +136,7 @@ def homogeneity(samples_a: object, samples_b: object, *, alpha: float = 1e-4,
     alpha = check_level(alpha, "alpha")
     given_tau = check_tau(tau)
     if bins is not None:
-        bins = check_int(bins, "bins", 2)
+        bins = check_int("bins", bins, 2)
     n_b = int(both.shape[0]) - n_a
     table = _table(both, n_a, bins)  # [2, m]
     m = int(table.shape[1])

@@ -4,36 +4,12 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 from fractions import Fraction
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["as_ids", "as_probabilities", "check_int", "check_level", "check_tau"]
-
-
-def check_int(value: int, name: str, minimum: int) -> int:
-    """Return `value` as an int after checking it is an integer >= `minimum`.
-
-    Args:
-        value: the integer to check.
-        name: the argument's name, for the error message.
-        minimum: the smallest value allowed.
-
-    Returns:
-        int(value).
-    """
-    if isinstance(value, bool):
-        raise TypeError(f"{name}: expected an integer >= {minimum}, got bool")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name}: expected an integer >= {minimum}, "
-                        f"got {type(value).__name__}") from None
-    if value < minimum:
-        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value}")
-    return value
+__all__ = ["as_ids", "as_probabilities", "check_level", "check_tau"]
 
 
 def _check_real(value: float, name: str, want: str) -> float:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import numbers
 
-from specsample.testing._inputs import check_int, check_level
+from specsample._array import check_int
+from specsample.testing._inputs import check_level
 
 __all__ = ["detectable_tv", "log_subsets", "samples_needed", "samples_needed_two_sample",
            "tv_false_alarm", "tv_threshold"]
@@ -89,7 +90,7 @@ def samples_needed(tv: float, *, m: int, alpha: float = 1e-4, beta: float = 1e-4
         n = ceil(ln((2^m - 2) / min(alpha, beta)) / (2 (tv/2)^2)).
     """
     tau = _check_tv(tv) / 2.0
-    m = check_int(m, "m", 2)
+    m = check_int("m", m, 2)
     worst = min(check_level(alpha, "alpha"), check_level(beta, "beta"))
     return math.ceil((log_subsets(m) - math.log(worst)) / (2.0 * tau * tau))
 
@@ -112,7 +113,7 @@ def samples_needed_two_sample(tv: float, *, m: int, alpha: float = 1e-4,
         n per sample.
     """
     tau = _check_tv(tv) / 2.0
-    m = check_int(m, "m", 2)
+    m = check_int("m", m, 2)
     log_alpha = math.log(check_level(alpha, "alpha"))
     log_beta = math.log(check_level(beta, "beta")) - math.log(2.0)
     exponent = log_subsets(m) - min(log_alpha, log_beta)
@@ -131,5 +132,5 @@ def detectable_tv(n: int, *, m: int, alpha: float = 1e-4) -> float:
         2 tau with tau = sqrt(ln((2^m - 2) / alpha) / (2 n)); a value above 1 means no law
         can be told apart with n draws.
     """
-    n = check_int(n, "n", 1)
-    return 2.0 * tv_threshold(n, check_int(m, "m", 2), check_level(alpha, "alpha"))
+    n = check_int("n", n, 1)
+    return 2.0 * tv_threshold(n, check_int("m", m, 2), check_level(alpha, "alpha"))

@@ -26,12 +26,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from specsample._array import Array, device, namespace
+from specsample._array import Array, check_int, device, namespace
 from specsample.cache import Cache
 from specsample.params import SamplingParams
 from specsample.protocols import Model
 from specsample.sample import sample
-from specsample.testing._inputs import check_int
 from specsample.verify import Verdict, verify
 from specsample.warp import warp
 
@@ -74,8 +73,8 @@ class PrefixLaws:
             raise ValueError(f"prompt: expected int64 ids [1, T >= 1], got shape "
                              f"{list(getattr(prompt, 'shape', []))}")
         self.model, self.law = model, law
-        self.depth = check_int(depth, "depth", 0)
-        self.batch = check_int(batch, "batch", 1)
+        self.depth = check_int("depth", depth, 0)
+        self.batch = check_int("batch", batch, 1)
         self.width = int(prompt.shape[1])
         self.xp = namespace(prompt)
         logits, self.cache = model.forward(prompt, model.new_cache(1, self.width + max(self.depth, 1)))
@@ -236,10 +235,10 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
     if not isinstance(model, Model) or not callable(getattr(drafter, "laws", None)):
         raise TypeError(f"drafter: expected a model drafter (a `model` and `laws`), got "
                         f"{type(drafter).__name__}")
-    n, k, length = check_int(n, "n", 1), check_int(k, "k", 1), check_int(length, "length", 1)
-    cut = length - 1 + check_int(lookahead, "lookahead", 0)
-    chunk, batch = check_int(chunk, "chunk", 1), check_int(batch, "batch", 1)
-    check_int(seed, "seed", 0)
+    n, k, length = check_int("n", n, 1), check_int("k", k, 1), check_int("length", length, 1)
+    cut = length - 1 + check_int("lookahead", lookahead, 0)
+    chunk, batch = check_int("chunk", chunk, 1), check_int("batch", batch, 1)
+    check_int("seed", seed, 0)
 
     def target_law(logits: Array) -> tuple[Array, Array]:
         p = warp(logits, params)
