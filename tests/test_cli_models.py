@@ -22,7 +22,7 @@ def test_options_parse() -> None:
     args = _parse("--k", "adaptive", "--temperature", "0.5", "--top-p", "0.9", "--draft", "lookup",
                   "--device", "cpu", "--max-new-tokens", "7", "--prompt", "Bye")
     assert args.k == "adaptive" and args.temperature == 0.5 and args.top_p == 0.9
-    assert args.draft == "lookup" and args.target == "smollm2" and args.max_new_tokens == 7
+    assert args.draft == "lookup" and args.target is None and args.max_new_tokens == 7
     assert args.prompt == ["Hi", "Bye"]
     assert _parse("--k", "3").k == 3
     unset = _parse()
@@ -57,9 +57,11 @@ def test_config_precedence_cli_beats_toml_beats_env(tmp_path: Path) -> None:
 
 
 def test_backend_default_is_torch_below_env() -> None:
-    assert config_from_args(_parse(), environ={}).backend == "torch"
+    config = config_from_args(_parse(), environ={})
+    assert (config.backend, config.target, config.draft) == ("torch", "smollm2", "int8")
     env = {f"{ENV_PREFIX}BACKEND": "reference"}
-    assert config_from_args(_parse(), environ=env).backend == "reference"
+    config = config_from_args(_parse(), environ=env)
+    assert (config.backend, config.target, config.draft) == ("reference", None, None)  # its toy models
     assert config_from_args(_parse("--backend", "torch"), environ=env).backend == "torch"
 
 
