@@ -1,9 +1,9 @@
 """specsample: speculative sampling whose output is exactly the target's law.
 
-The core is pure functions over NumPy arrays or torch tensors (through the
-array API): `warp`, `sample`, `verify`, caches, one `round_step`, and the
-`generate` loop. Backends are chosen by name: `load(Config(backend=...))` gives a
-`Runner` whose `generate` runs on that backend's own engine.
+The core is pure functions over NumPy, torch or JAX arrays (through the array
+API): `warp`, `sample`, `verify`, caches, one `round_step`, and the `generate`
+loop. Backends are chosen by name: `load(Config(backend=...))` gives a `Runner`
+whose `generate` runs on that backend's own engine.
 Notation: p is the target's law, q the draft's (Leviathan et al. 2023).
 """
 
@@ -24,6 +24,7 @@ from specsample.runner import Runner, load
 from specsample.sample import sample
 from specsample.verifiers import get_verifier
 from specsample.verify import Verdict, verify
+from specsample.verify_block import verify_block
 from specsample.warp import warp
 
 __version__ = "0.1.0"
@@ -66,5 +67,6 @@ __all__ = [
     "start",
     "uniforms",
     "verify",
+    "verify_block",
     "warp",
 ]

@@ -11,17 +11,17 @@ import array_api_compat
 __all__ = ["Array", "check_finite", "check_int", "check_logits", "check_probs", "check_shape", "check_tokens",
            "check_uniforms", "device", "namespace", "rows_at"]
 
-# NumPy arrays and torch tensors both pass through; we type them loosely.
+# NumPy, torch and JAX arrays all pass through; we type them loosely.
 Array = Any
 
 
 def namespace(*arrays: Array) -> Any:
-    """The array-API namespace of `arrays` (NumPy, torch, ...)."""
+    """The array-API namespace of `arrays` (NumPy, torch, JAX, ...)."""
     try:
         return array_api_compat.array_namespace(*arrays)
     except TypeError as err:
         kinds = ", ".join(sorted({type(a).__name__ for a in arrays}))
-        raise TypeError(f"expected NumPy arrays or torch tensors of one library, got {kinds}") from err
+        raise TypeError(f"expected arrays of one library (NumPy, torch, JAX, ...), got {kinds}") from err
 
 
 def device(x: Array) -> Any:

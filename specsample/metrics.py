@@ -4,26 +4,32 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
+from typing import TypeVar
 
 from specsample._array import check_int
 
 __all__ = ["Metrics", "expected_tokens_per_round", "predicted_speedup", "tally"]
 
 
-def _check_alpha_k(alpha: float, k: int) -> None:
+Rate = TypeVar("Rate", float, Fraction)
+
+
+def _check_alpha_k(alpha: float | Fraction, k: int) -> None:
     if not 0 <= alpha <= 1:
         raise ValueError(f"alpha: expected a rate in [0, 1], got {alpha}")
     check_int("k", k, 0)
 
 
-def expected_tokens_per_round(alpha: float, k: int) -> float:
+def expected_tokens_per_round(alpha: Rate, k: int) -> Rate:
     """E[tokens per round] = (1 - alpha^(K+1)) / (1 - alpha) (Leviathan et al., Eq. 1).
 
-    K = 0 (a plain step) gives 1.
+    K = 0 (a plain step) gives 1. Exact for a Fraction alpha (the result is a Fraction),
+    a float otherwise.
     """
     _check_alpha_k(alpha, k)
     if alpha == 1:
-        return float(k + 1)
+        return alpha * (k + 1)
     return (1 - alpha ** (k + 1)) / (1 - alpha)
 
 
@@ -79,9 +85,13 @@ class Metrics:
         The maximum-likelihood estimate of alpha under the truncated geometric
         law of accepted lengths (rounds that accepted all K drafts saw no rejection).
         """
+        return self.alpha_with_prior(0.0, 0.0)
+
+    def alpha_with_prior(self, prior_alpha: float, prior_weight: float) -> float:
+        """`alpha` with `prior_weight` pseudo-trials at rate `prior_alpha` added (0 if no trials)."""
         rejections = self.row_rounds - self.full_rounds
-        trials = self.accepted + rejections
-        return self.accepted / trials if trials else 0.0
+        trials = self.accepted + rejections + prior_weight
+        return (self.accepted + prior_alpha * prior_weight) / trials if trials else 0.0
 
     @property
     def mean_tokens_per_round(self) -> float:

@@ -78,9 +78,7 @@ class AdaptiveK:
 
     def alpha(self, metrics: Metrics) -> float:
         """The smoothed acceptance estimate."""
-        rejections = metrics.row_rounds - metrics.full_rounds
-        trials = metrics.accepted + rejections + self.prior_weight
-        return (metrics.accepted + self.prior_alpha * self.prior_weight) / trials
+        return metrics.alpha_with_prior(self.prior_alpha, self.prior_weight)
 
     def next_k(self, metrics: Metrics) -> int:
         alpha = min(self.alpha(metrics), 1 - 1e-9)

@@ -16,7 +16,7 @@ from specsample._array import (
 )
 from specsample.sample import sample
 
-__all__ = ["Verdict", "assemble", "final_token", "num_accepted", "token_probs", "verify"]
+__all__ = ["Verdict", "assemble", "check_inputs", "final_token", "num_accepted", "token_probs", "verify"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -33,9 +33,11 @@ class Verdict:
     num_accepted: Array
 
 
-def _check(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
-           uniforms: Array) -> None:
-    namespace(draft_tokens, target_probs, uniforms, *([] if draft_probs is None else [draft_probs]))
+def check_inputs(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
+                 uniforms: Array, draft_lengths: Array | None = None) -> None:
+    """Validate a verifier's inputs (shapes, ranges, q(x) > 0, draft lengths in [0, K])."""
+    namespace(draft_tokens, target_probs, uniforms,
+              *(a for a in (draft_probs, draft_lengths) if a is not None))
     check_shape("target_probs", target_probs, (None, None, None))
     batch, k1, vocab = (int(d) for d in target_probs.shape)
     if k1 < 2:
@@ -53,6 +55,18 @@ def _check(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
         if bool(xp.any(q_x <= 0)):
             raise ValueError("draft_probs: expected q(x) > 0 for every drafted token x (the law it "
                              "was sampled from), got q(x) = 0 for some draft token")
+    if draft_lengths is not None:
+        _check_lengths(draft_lengths, batch, k1 - 1)
+
+
+def _check_lengths(draft_lengths: Array, batch: int, k: int) -> None:
+    xp = namespace(draft_lengths)
+    check_shape("draft_lengths", draft_lengths, (batch,))
+    if not xp.isdtype(draft_lengths.dtype, "integral"):
+        raise TypeError(f"draft_lengths: expected an integer array, got dtype {draft_lengths.dtype}")
+    if batch and (bool(xp.any(draft_lengths < 0)) or bool(xp.any(draft_lengths > k))):
+        raise ValueError(f"draft_lengths: expected values in [0, {k}], got range "
+                         f"[{int(xp.min(draft_lengths))}, {int(xp.max(draft_lengths))}]")
 
 
 def verify(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
@@ -77,8 +91,7 @@ def verify(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
         The Verdict.
     """
     if check:
-        _check(draft_tokens, draft_probs, target_probs, uniforms)
-        _check_lengths(draft_lengths, draft_tokens)
+        check_inputs(draft_tokens, draft_probs, target_probs, uniforms, draft_lengths)
     k = int(draft_tokens.shape[1])
     p_x, q_x = token_probs(draft_tokens, draft_probs, target_probs)
     # Leviathan et al. (2023), Alg. 1: accept x with probability min(1, p(x)/q(x)),
@@ -96,18 +109,6 @@ def _slots(x: Array) -> Array:
     """int64 [1, K]: the slot index of each column of x [B, K]."""
     xp = namespace(x)
     return xp.arange(int(x.shape[1]), dtype=xp.int64, device=device(x))[None, :]
-
-
-def _check_lengths(draft_lengths: Array | None, draft_tokens: Array) -> None:
-    if draft_lengths is None:
-        return
-    batch, k = (int(d) for d in draft_tokens.shape)
-    check_shape("draft_lengths", draft_lengths, (batch,))
-    xp = namespace(draft_lengths)
-    if not xp.isdtype(draft_lengths.dtype, "integral") or bool(xp.any(draft_lengths < 0)) or \
-            bool(xp.any(draft_lengths > k)):
-        raise ValueError(f"draft_lengths: expected ints in [0, {k}] (K), got "
-                         f"{[int(v) for v in draft_lengths]}")
 
 
 def token_probs(draft_tokens: Array, draft_probs: Array | None,

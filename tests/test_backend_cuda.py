@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from specsample.generate import generate
+from specsample.options import RunOptions
 from specsample.params import SamplingParams
 from specsample.registry import get_backend
 
@@ -27,11 +28,11 @@ def test_cuda_graphs_match_eager_and_do_not_move_buffers() -> None:
     ids = backend.asarray([[1, 9690, 42, 2683, 314, 253, 1345, 30], [1, 42, 7, 9, 11, 12, 13, 14]])
     for params in (SamplingParams(temperature=0), SamplingParams(temperature=0.8, top_p=0.9)):
         run = dict(max_new_tokens=24, k=4, params=params, seed=1)
-        got = backend.generate(target, drafter, ids, **run)
+        got = backend.generate(target, drafter, ids, RunOptions(**run))
         want = generate(target, drafter, ids, **run)
         same = sum(got.new_tokens(b) == want.new_tokens(b) for b in range(2))
         assert same >= 1 if params.temperature else same == 2  # float32 near-ties are rare
     slot = next(iter(backend.engine(target, drafter).slots.values()))
     pointers = slot.pointers()
-    backend.generate(target, drafter, ids, max_new_tokens=8, k=4)
+    backend.generate(target, drafter, ids, RunOptions(max_new_tokens=8, k=4))
     assert slot.pointers() == pointers

@@ -29,6 +29,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from specsample.drafters import ModelDrafter
 from specsample.generate import generate
+from specsample.options import RunOptions
 from specsample.params import SamplingParams
 from specsample.registry import get_backend
 from specsample.sample import sample
@@ -125,23 +126,38 @@ def test_parity_with_eager_torch_backend_in_float64(models, backend) -> None:  #
     for params, seed, eos in itertools.product(PARAMS, range(3), [None, 7]):
         run = dict(max_new_tokens=20, params=params, k=3, seed=seed, prompt_lengths=lengths,
                    eos_token_id=eos)
-        got = backend.generate(target, drafter, ids, **run)
+        got = backend.generate(target, drafter, ids, RunOptions(**run))
         want = generate(target, drafter, ids, **run)
         assert torch.equal(got.lengths, want.lengths), (params, seed, eos)
         assert torch.equal(got.sequences, want.sequences), (params, seed, eos)
         assert got.metrics.accepted == want.metrics.accepted
 
 
+def test_block_verifier_and_per_row_seeds_match_the_core_loop(models, backend) -> None:  # type: ignore[no-untyped-def]
+    """The compiled block rule and per-row seeds give the core loop's tokens (float64)."""
+    target, drafter = models
+    ids, lengths = _ragged()
+    for verifier, seed in [("block", 4), ("block", [3, 1, 4]), ("token", [9, 9, 2])]:
+        run = dict(max_new_tokens=16, params=PARAMS[1], k=3, seed=seed, prompt_lengths=lengths,
+                   verifier=verifier)
+        got = backend.generate(target, drafter, ids, RunOptions(**run))
+        want = generate(target, drafter, ids, **run)
+        assert torch.equal(got.sequences, want.sequences), (verifier, seed)
+    with pytest.raises(ValueError, match=r"verifier: the static-cpu backend compiles \['block', 'token'\]"):
+        backend.generate(target, drafter, ids, RunOptions(max_new_tokens=2, verifier=generate))
+
+
 def test_zero_recompilations_after_warm_up_over_200_rounds(models, backend) -> None:  # type: ignore[no-untyped-def]
     target, drafter = models
     ids, lengths = _ragged()
-    backend.generate(target, drafter, ids, max_new_tokens=30, k=3, prompt_lengths=lengths)  # warm-up
+    warm = RunOptions(max_new_tokens=30, k=3, prompt_lengths=lengths)
+    backend.generate(target, drafter, ids, warm)  # warm-up
     before = _graphs()
     rounds, accepted = 0, set()
     for seed in range(60):
         params = PARAMS[seed % len(PARAMS)]  # also changes the sampling knobs every run
-        for step in backend.iterate(target, drafter, ids, max_new_tokens=30, k=3, seed=seed,
-                                    params=params, prompt_lengths=lengths):
+        run = RunOptions(max_new_tokens=30, k=3, seed=seed, params=params, prompt_lengths=lengths)
+        for step in backend.iterate(target, drafter, ids, run):
             rounds += 1
             accepted.update(step.result.verdict.num_accepted.tolist())
         if rounds >= 200 and seed >= 2 * len(PARAMS):
@@ -153,13 +169,13 @@ def test_zero_recompilations_after_warm_up_over_200_rounds(models, backend) -> N
 def test_changing_sampling_parameters_compiles_nothing(models, backend) -> None:  # type: ignore[no-untyped-def]
     target, drafter = models
     ids, lengths = _ragged()
-    backend.generate(target, drafter, ids, max_new_tokens=8, k=3, prompt_lengths=lengths)
+    backend.generate(target, drafter, ids, RunOptions(max_new_tokens=8, k=3, prompt_lengths=lengths))
     before = _graphs()
     for t, k, p, m in [(0.0, None, None, None), (0.7, 5, None, None), (1.2, None, 0.3, None),
                        (0.9, None, None, 0.4), (2.0, 2, 0.8, 0.1)]:
         params = SamplingParams(temperature=t, top_k=k, top_p=p, min_p=m)
-        backend.generate(target, drafter, ids, max_new_tokens=8, k=3, params=params,
-                         prompt_lengths=lengths, eos_token_id=int(t * 10))
+        backend.generate(target, drafter, ids, RunOptions(
+            max_new_tokens=8, k=3, params=params, prompt_lengths=lengths, eos_token_id=int(t * 10)))
     assert _graphs() == before
 
 
@@ -167,13 +183,13 @@ def test_cache_buffers_never_reallocated_between_rounds(models, backend) -> None
     target, drafter = models
     ids, lengths = _ragged()
     engine = backend.engine(target, drafter)
-    backend.generate(target, drafter, ids, max_new_tokens=8, k=3, prompt_lengths=lengths)
+    backend.generate(target, drafter, ids, RunOptions(max_new_tokens=8, k=3, prompt_lengths=lengths))
     slot = engine.slots[(3, BUCKETS[0])]
     pointers = slot.pointers()
     for seed in range(3):
-        for step in backend.iterate(target, drafter, ids, max_new_tokens=20, k=3, seed=seed,
-                                    prompt_lengths=lengths):
-            assert step.state.tokens.data_ptr() == slot.tokens.data_ptr()
+        run = RunOptions(max_new_tokens=20, k=3, seed=seed, prompt_lengths=lengths)
+        for step in backend.iterate(target, drafter, ids, run):
+            assert step.state.tokens.data_ptr() != slot.tokens.data_ptr()  # a snapshot
             assert slot.pointers() == pointers
     assert list(engine.slots) == [(3, BUCKETS[0])]
 
@@ -188,11 +204,11 @@ def test_long_prompt_moves_to_next_bucket_and_beyond_last_is_an_error(models) ->
     ids = torch.randint(0, V, (2, 40), generator=gen)
     lengths = torch.tensor([40, 12])
     run = dict(max_new_tokens=10, k=3, params=SamplingParams(temperature=0.8), prompt_lengths=lengths)
-    got = backend.generate(target, drafter, ids, **run)  # 40 + 10 + 3 + 1 > 48: bucket 96
+    got = backend.generate(target, drafter, ids, RunOptions(**run))  # 40 + 10 + 3 + 1 > 48: bucket 96
     assert list(backend.engine(target, drafter).slots) == [(2, 96)]
     assert torch.equal(got.sequences, generate(target, drafter, ids, **run).sequences)
     with pytest.raises(ValueError, match=r"largest bucket 96"):
-        backend.generate(target, drafter, ids, max_new_tokens=60, k=3, prompt_lengths=lengths)
+        backend.generate(target, drafter, ids, RunOptions(max_new_tokens=60, k=3, prompt_lengths=lengths))
 
 
 def test_options_and_drafters_are_checked(models) -> None:  # type: ignore[no-untyped-def]
@@ -224,7 +240,7 @@ def test_int8_draft_runs_in_pieces_with_the_eager_tokens() -> None:
     ids, lengths = _ragged()
     run = dict(max_new_tokens=12, k=3, seed=5, params=PARAMS[0], prompt_lengths=lengths)
     want = generate(target, drafter, ids, **run)  # type: ignore[arg-type]
-    got = backend.generate(target, drafter, ids, **run)
+    got = backend.generate(target, drafter, ids, RunOptions(**run))
     assert torch.equal(got.sequences, want.sequences)
 
 
@@ -237,8 +253,8 @@ def test_sync_every_reads_less_often_and_changes_no_token(models, backend) -> No
                                                                          ["sync_every", "buckets"]))
     slow._engines = {}
     run = dict(max_new_tokens=20, k=3, seed=1, params=PARAMS[1], prompt_lengths=lengths)
-    want = backend.generate(target, drafter, ids, **run)
-    got = slow.generate(target, drafter, ids, **run)
+    want = backend.generate(target, drafter, ids, RunOptions(**run))
+    got = slow.generate(target, drafter, ids, RunOptions(**run))
     assert torch.equal(got.sequences, want.sequences)
 
 
@@ -254,10 +270,10 @@ def test_smollm2_greedy_parity_and_no_recompiles() -> None:
     backend = create_cpu({"buckets": [128]})
     ids = torch.tensor([[1, 9690, 42, 2683, 314, 253, 1345, 30]])
     run = dict(max_new_tokens=24, k=4, params=SamplingParams(temperature=0))
-    got = backend.generate(target, drafter, ids, **run)  # warm-up: compiles
+    got = backend.generate(target, drafter, ids, RunOptions(**run))  # warm-up: compiles
     before = _graphs()
-    again = backend.generate(target, drafter, ids[:, :5], **{**run, "params": SamplingParams(
-        temperature=0.8, top_p=0.9)})
+    again = backend.generate(target, drafter, ids[:, :5], RunOptions(**{**run, "params": SamplingParams(
+        temperature=0.8, top_p=0.9)}))
     assert _graphs() == before and again.metrics.rounds > 0
     assert got.new_tokens(0) == generate(target, drafter, ids, **run).new_tokens(0)
     # Sampled with the same uniforms: the same tokens as the eager loop (float32; a uniform

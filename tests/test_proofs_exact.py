@@ -1,12 +1,14 @@
-"""proofs/exact/check.py: the implementation's verify realises the proved law, exactly."""
+"""proofs/exact/check.py: the implementation's verify and verify_block realise the proved law, exactly."""
 
 from __future__ import annotations
 
 import importlib.util
 import pathlib
 
+import numpy as np
 import pytest
 
+from specsample import verify, verify_block
 from specsample.testing import broken
 
 _PATH = pathlib.Path(__file__).resolve().parents[1] / "proofs" / "exact" / "check.py"
@@ -31,3 +33,49 @@ def test_broken_variants_fail_the_exact_check(name):
 
 def test_never_accept_is_exact():
     assert checker.check(3, 2, 2, 3, False, verifier=broken.never_accept)
+
+
+# --- block verification: the implementation's verify_block, exactly ---------------------------
+
+@pytest.mark.parametrize("case", checker.CASES, ids=str)
+def test_verify_block_emits_the_target_law_exactly(case):
+    assert checker.check(*case, verifier=verify_block, cuts=checker.block_cuts)
+
+
+@pytest.mark.parametrize("length", [0, 1, 2])
+def test_verify_block_with_draft_lengths_is_exact(length):
+    def cut(drafts, q, p, u):
+        return verify_block(drafts, q, p, u, draft_lengths=np.full(len(drafts), length))
+
+    assert checker.check(3, 2, 3, 4, False, verifier=cut, cuts=checker.first(length, checker.block_cuts))
+
+
+@pytest.mark.parametrize(("name", "cuts"), [
+    ("block-without-correction", checker.block_cuts),
+    ("block-q-one", checker.union(checker.block_cuts, checker.one_hot_cuts(checker.block_cuts))),
+])
+def test_broken_block_rules_fail_the_exact_check(name, cuts):
+    for case in [(3, 2, 2, 3, False), (2, 2, 2, 3, False), (4, 1, 3, 4, False)]:
+        assert not checker.check(*case, verifier=broken.VERIFIERS[name], cuts=cuts), case
+
+
+def test_one_hot_rule_on_sampled_drafts_is_exact():
+    # Treating the sampled drafts as deterministic (draft_probs=None) is exact: the drafts are
+    # independent of the verification uniforms. Only mixing q = 1 into the weights breaks the law.
+    def one_hot(drafts, q, p, u):
+        return verify_block(drafts, None, p, u)
+
+    assert checker.check(3, 2, 2, 3, False, verifier=one_hot, cuts=checker.one_hot_cuts(checker.block_cuts))
+
+
+@pytest.mark.parametrize("case", checker.CASES, ids=str)
+def test_verify_block_accepts_at_least_as_many_drafts_as_verify(case):
+    # The exact E[accepted drafts] of the first round, as each implementation emits it. Equal at
+    # K = 1 and for one-hot (deterministic) drafts, where p_i is the token-wise product.
+    vocab, order, k, _, det = case
+    token = checker.expected_accepted(vocab, order, k, det, verifier=verify, cuts=checker.token_cuts)
+    block = checker.expected_accepted(vocab, order, k, det, verifier=verify_block, cuts=checker.block_cuts)
+    if k == 1 or det:
+        assert block == token
+    else:
+        assert block > token

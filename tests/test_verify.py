@@ -212,3 +212,41 @@ def test_bad_dtypes():
         verify(d, q, p.astype(np.int64), u)
     with pytest.raises(TypeError, match="one library"):
         verify(torch.from_numpy(d), q, p, u)
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_a_row_with_draft_length_l_is_verified_as_a_round_of_k_equal_l(rule: str, deterministic: bool):
+    """Per-row draft length: row b with L_b drafts gets exactly the verdict of a K = L_b round
+    on the same uniforms (its first L_b acceptance draws and the final draw), for L_b = 0..K.
+    L_b = 0 is a plain step: the final token is drawn from p_0."""
+    from specsample.sample import sample
+    from specsample.verifiers import get_verifier
+
+    rule_fn = get_verifier(rule)
+    rng = np.random.default_rng(7)
+    k = 3
+    for _ in range(40):
+        drafts, q, p, u = _case(rng, 8, k, 6)
+        probs = None if deterministic else q
+        lengths = rng.integers(0, k + 1, size=8)
+        got = rule_fn(drafts, probs, p, u, draft_lengths=lengths)
+        for b, ell in enumerate(lengths.tolist()):
+            if ell == 0:
+                want_tokens, want_n = [int(sample(p[b, 0], u[b, k]))], 0
+            else:
+                one = rule_fn(drafts[b:b + 1, :ell], None if probs is None else probs[b:b + 1, :ell],
+                              p[b:b + 1, :ell + 1], np.concatenate([u[b:b + 1, :ell], u[b:b + 1, k:]], 1))
+                want_tokens, want_n = one.tokens[0].tolist(), int(one.num_accepted[0])
+            assert int(got.num_accepted[b]) == want_n
+            assert got.tokens[b].tolist() == want_tokens + [-1] * (k + 1 - len(want_tokens))
+
+
+def test_bad_draft_lengths_name_the_argument():
+    drafts, q, p, u = _case(np.random.default_rng(0), 2, 3, 5)
+    with pytest.raises(ValueError, match=r"draft_lengths: expected values in \[0, 3\], got range \[1, 4\]"):
+        verify(drafts, q, p, u, draft_lengths=np.array([1, 4]))
+    with pytest.raises(ValueError, match="draft_lengths: expected shape"):
+        verify(drafts, q, p, u, draft_lengths=np.array([1, 2, 3]))
+    with pytest.raises(TypeError, match="draft_lengths: expected an integer array"):
+        verify(drafts, q, p, u, draft_lengths=np.array([1.0, 2.0]))

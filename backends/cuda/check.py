@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 
 from specsample.generate import generate
+from specsample.options import RunOptions
 from specsample.params import SamplingParams
 from specsample.registry import get_backend
 
@@ -58,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     for params in (SamplingParams(temperature=0), SamplingParams(temperature=0.8, top_p=0.9)):
         for seed, prompt in enumerate(ids):
             run = dict(max_new_tokens=args.new, k=args.k, params=params, seed=seed)
-            same = cuda.generate(target, drafter, prompt, **run).new_tokens(0) == \
+            same = cuda.generate(target, drafter, prompt, RunOptions(**run)).new_tokens(0) == \
                 generate(target, drafter, prompt, **run).new_tokens(0)
             differ += not same
             print(f"parity {params.temperature=} prompt {seed}: {'same' if same else 'DIFFERENT'}")
     greedy = dict(max_new_tokens=args.new, k=args.k, params=SamplingParams(temperature=0))
     rows = {"cuda (CUDA graphs)": lambda: sum(
-                len(cuda.generate(target, drafter, p, **greedy).new_tokens(0)) for p in ids),
+                len(cuda.generate(target, drafter, p, RunOptions(**greedy)).new_tokens(0)) for p in ids),
             "torch eager": lambda: sum(
                 len(generate(target, drafter, p, **greedy).new_tokens(0)) for p in ids)}
     draft_module = _hf_assistant(target, args.drafter)

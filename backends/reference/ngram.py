@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 from fractions import Fraction
+from typing import Any
 
+import array_api_compat
 import numpy as np
 from numpy.typing import NDArray
 
@@ -49,22 +51,29 @@ class NGramModel:
         return Cache(lengths=np.zeros(batch, dtype=np.int64), capacity=capacity,
                      buffers=np.zeros((batch, capacity), dtype=np.int64))
 
-    def forward(self, tokens: NDArray[np.int64], cache: Cache) -> tuple[NDArray[np.float64], Cache]:
-        """Logits [B, T, V] after each of tokens [B, T] written at the lengths."""
+    def forward(self, tokens: Any, cache: Cache) -> tuple[Any, Cache]:
+        """Logits [B, T, V] after each of tokens [B, T] written at the lengths.
+
+        The table and the history are NumPy; the logits and the new lengths come back in
+        the array library of `tokens` (NumPy, torch on CPU, JAX, ...), so that the core
+        around this model runs on that library.
+        """
+        xp = array_api_compat.array_namespace(tokens)
+        tokens, lengths = np.asarray(tokens), np.asarray(cache.lengths)
         batch, width = tokens.shape
-        if np.any(cache.lengths + width > cache.capacity):
-            raise ValueError(f"tokens: writing {width} tokens at lengths {cache.lengths.tolist()} "
+        if np.any(lengths + width > cache.capacity):
+            raise ValueError(f"tokens: writing {width} tokens at lengths {lengths.tolist()} "
                              f"exceeds the cache capacity {cache.capacity}")
         check_live(cache)
         history = cache.buffers  # written in place: the forward consumes `cache`
         rows = np.arange(batch)[:, None]
-        positions = cache.lengths[:, None] + np.arange(width)[None, :]  # [B, T]
+        positions = lengths[:, None] + np.arange(width)[None, :]  # [B, T]
         history[rows, positions] = tokens
         # Context of position t: the `order` tokens ending at t (0 before the start).
         offsets = positions[:, :, None] - np.arange(self.order - 1, -1, -1)[None, None, :]  # [B, T, order]
         context = np.where(offsets >= 0, history[rows[:, :, None], np.maximum(offsets, 0)], 0)
         logits = self._logits[tuple(np.moveaxis(context, -1, 0))]  # [B, T, V]
-        return logits, consume(cache, lengths=cache.lengths + width, buffers=history)
+        return xp.asarray(logits), consume(cache, lengths=xp.asarray(lengths + width), buffers=history)
 
     def law(self, context: tuple[int, ...]) -> list[Fraction]:
         """The exact next-token law after `context` (the whole prefix), as Fractions."""

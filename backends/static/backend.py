@@ -17,6 +17,7 @@ from specsample.generate import Generation, Step, finish, prepare_prompt
 from specsample.options import RunOptions
 
 from .engine import Capture, Engine, EngineOptions, static_stack
+from .pieces import RULES
 
 __all__ = ["DTYPES", "CompileCapture", "StaticBackend", "create_cpu", "engine_options"]
 
@@ -142,12 +143,15 @@ class StaticBackend(CoreBackend):
                 run: RunOptions) -> Iterator[Step]:
         """Rounds on the static engine, as core `Step`s (one per round, or per host sync).
 
-        Every RunOptions field runs as in the core loop except `verifier` (the compiled
-        verify is the token rule) and `check` (inputs are validated once, before the
-        graphs, whatever its value). `capacity` is a lower bound on the bucket taken.
+        Every RunOptions field runs as in the core loop except `verifier`, which must
+        name a compiled rule ("token" or "block", not a callable), and `check` (inputs
+        are validated once, before the graphs, whatever its value). `capacity` is a lower
+        bound on the bucket taken.
         """
         run = self._run(run)
-        run.unsupported(self.name, verifier="token")
+        if run.verifier not in RULES:
+            raise ValueError(f"verifier: the {self.name} backend compiles {sorted(RULES)} (by name), "
+                             f"got {run.verifier!r}")
         prompt, lengths = prepare_prompt(self.asarray(input_ids), run.prompt_lengths, target.vocab_size)
         run.rows(int(prompt.shape[0]))
         engine = self.engine(target, drafter)

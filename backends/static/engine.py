@@ -31,6 +31,7 @@ from specsample.round import RoundResult, State
 from specsample.verify import Verdict
 
 from .pieces import (
+    RULES,
     DraftSampleStep,
     EmbedStep,
     HeadStep,
@@ -39,7 +40,7 @@ from .pieces import (
     layer_weights,
     stack_config,
 )
-from .verify import commit, sample_tensor, verify_tensor
+from .verify import commit, sample_tensor
 from .warp import knobs, warp_tensor
 
 __all__ = ["BUCKETS", "Capture", "Engine", "EngineOptions", "Slot"]
@@ -129,7 +130,7 @@ class Slot:
         knob: [4] sampling knobs; eos: int64 [] (-1: none).
         lineage: the generation counter of the K/V buffers (bumped by every round).
         uniforms: K -> float64 [B, 2K+1], the round graph's random input.
-        rounds: K -> the captured round; prefill: the captured prefill.
+        rounds: (K, rule) -> the captured round; prefill: the captured prefill.
     """
 
     tokens: Tensor
@@ -142,7 +143,7 @@ class Slot:
     eos: Tensor
     lineage: Lineage = dataclasses.field(default_factory=Lineage)
     uniforms: dict[int, Tensor] = dataclasses.field(default_factory=dict)
-    rounds: dict[int, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+    rounds: dict[tuple[int, str], Callable[..., Any]] = dataclasses.field(default_factory=dict)
     prefill: Callable[..., Any] | None = None
 
     @property
@@ -175,11 +176,11 @@ class PrefillStep(nn.Module):
 
 
 class RoundStep(nn.Module):
-    """One speculative round over a slot's buffers, updating them in place."""
+    """One speculative round over a slot's buffers, updating them in place (`rule`: a RULES name)."""
 
-    def __init__(self, engine: Engine, slot: Slot, k: int) -> None:
+    def __init__(self, engine: Engine, slot: Slot, k: int, rule: str = "token") -> None:
         super().__init__()
-        self.engine, self.slot, self.k = engine, slot, k
+        self.engine, self.slot, self.k, self.rule = engine, slot, k, rule
 
     def mutable(self) -> tuple[Tensor, ...]:
         """State tensors a call changes besides K/V beyond the valid lengths (a capture that
@@ -212,7 +213,7 @@ class RoundStep(nn.Module):
         last = s.tokens.gather(1, (s.lengths - 1)[:, None])  # [B, 1]
         pos = s.lengths[:, None] - 1 + torch.arange(k + 1, device=last.device)  # [B, K+1]
         logits = _forward(self.engine.target, torch.cat([last, drafted], dim=1), pos, s.target_kv)
-        verdict, n = verify_tensor(drafted, q, warp_tensor(logits, knob), u[:, k:])
+        verdict, n = RULES[self.rule](drafted, q, warp_tensor(logits, knob), u[:, k:])
         active = ~s.done
         emitted, tokens, lengths, done = commit(verdict, n, s.tokens, s.lengths, s.stop, s.done, eos)
         s.tokens.copy_(tokens)
@@ -259,12 +260,12 @@ class Model:
 class PiecewiseRound:
     """`RoundStep` with each piece captured on its own and the loops in Python (same tokens)."""
 
-    def __init__(self, engine: Engine, slot: Slot, k: int) -> None:
+    def __init__(self, engine: Engine, slot: Slot, k: int, rule: str = "token") -> None:
         self.engine, self.slot, self.k = engine, slot, k
         self.target = Model(engine, engine.target, slot.target_kv)
         self.draft = Model(engine, engine.draft, slot.draft_kv)
         self.sample = engine.piece("sample", None, 1, slot.draft_kv)
-        self.verify = engine.piece("verify", None, k + 1, slot.target_kv)
+        self.verify = engine.piece(f"verify-{rule}", None, k + 1, slot.target_kv)
         self.two = torch.arange(2, device=slot.tokens.device) - 2
         self.span = torch.arange(k + 1, device=slot.tokens.device) - 1
 
@@ -336,7 +337,8 @@ class Engine:
             if (kind, config) not in self._modules:
                 module: nn.Module
                 if stack is None:
-                    module = DraftSampleStep() if kind == "sample" else VerifyStep()
+                    module = DraftSampleStep() if kind == "sample" else \
+                        VerifyStep(kind.removeprefix("verify-"))
                 else:
                     module = {"embed": EmbedStep, "layer": LayerStep, "head": HeadStep}[kind](stack)
                 self._modules[(kind, config)] = module
@@ -378,14 +380,15 @@ class Engine:
     def _logits_dtype(self) -> torch.dtype:
         return torch.float64 if self.dtype == torch.float64 else torch.float32
 
-    def _round(self, slot: Slot, k: int) -> Callable[..., Any]:
-        if k not in slot.rounds:
-            slot.uniforms[k] = torch.zeros(slot.tokens.shape[0], 2 * k + 1, dtype=torch.float64,
-                                           device=self.device)
-            slot.rounds[k] = (PiecewiseRound(self, slot, k) if self.pieces else
-                              self.capture.capture(RoundStep(self, slot, k),
-                                                   (slot.uniforms[k], slot.knob, slot.eos)))
-        return slot.rounds[k]
+    def _round(self, slot: Slot, k: int, rule: str) -> Callable[..., Any]:
+        if (k, rule) not in slot.rounds:
+            if k not in slot.uniforms:
+                slot.uniforms[k] = torch.zeros(slot.tokens.shape[0], 2 * k + 1, dtype=torch.float64,
+                                               device=self.device)
+            slot.rounds[(k, rule)] = (PiecewiseRound(self, slot, k, rule) if self.pieces else
+                                      self.capture.capture(RoundStep(self, slot, k, rule),
+                                                           (slot.uniforms[k], slot.knob, slot.eos)))
+        return slot.rounds[(k, rule)]
 
     def pick_k(self, wanted: int) -> int:
         """The captured K to run for a wanted K: the largest captured <= wanted (else the smallest)."""
@@ -432,9 +435,10 @@ class Engine:
 
         Args:
             prompt: int64 [B, T] right-padded, on the device; lengths int64 [B] (>= 1).
-            run: the run's options (`verifier` and `check` are the caller's to handle).
+            run: the run's options; `verifier` names a rule in `RULES` (`check` is the
+                caller's to handle).
         """
-        batch, policy = int(prompt.shape[0]), run.policy
+        batch, policy, rule = int(prompt.shape[0]), run.policy, str(run.verifier)
         width = int(lengths.max())
         needed = max(width + run.max_new_tokens + policy.k_max + 1, run.capacity or 0)
         slot = self.slot(batch, self.bucket(needed))
@@ -445,7 +449,7 @@ class Engine:
         while True:
             k = self.pick_k(policy.next_k(metrics))
             began = time.perf_counter()
-            round_ = self._round(slot, k)
+            round_ = self._round(slot, k, rule)
             slot.uniforms[k].copy_(torch.from_numpy(round_uniforms(run.seed, index, batch, k)))
             slot.lineage.generation += 1  # the round writes K/V: earlier Steps' caches are consumed
             out = tuple(t.clone() for t in round_(slot.uniforms[k], slot.knob, slot.eos))

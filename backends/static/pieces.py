@@ -29,13 +29,13 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from specsample_backends.torch import opaque
-from specsample_backends.torch._fast import LlamaLayer, LlamaStack, _rms, decoder_layer
+from specsample_backends.torch._fast import LlamaLayer, LlamaStack, decoder_layer, rms_norm
 from torch import Tensor, nn
 
-from .verify import commit, sample_tensor, verify_tensor
+from .verify import commit, sample_tensor, verify_block_tensor, verify_tensor
 from .warp import warp_tensor
 
-__all__ = ["DraftSampleStep", "EmbedStep", "HeadStep", "LayerStep", "VerifyStep", "layer_weights",
+__all__ = ["RULES", "DraftSampleStep", "EmbedStep", "HeadStep", "LayerStep", "VerifyStep", "layer_weights",
            "stack_config"]
 
 LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -121,7 +121,7 @@ class HeadStep(nn.Module):
 
     def forward(self, x: Tensor, norm: Tensor, head_key: Tensor) -> Tensor:
         """The logits."""
-        logits = opaque.call(_rms(x, norm, self.eps), head_key, self.vocab)
+        logits = opaque.call(rms_norm(x, norm, self.eps), head_key, self.vocab)
         return logits if logits.dtype == torch.float64 else logits.float()
 
 
@@ -134,14 +134,27 @@ class DraftSampleStep(nn.Module):
         return sample_tensor(q, u), q
 
 
+RULES = {"token": verify_tensor, "block": verify_block_tensor}  # the verifiers a graph can hold
+
+
 class VerifyStep(nn.Module):
-    """Target logits -> verdict, commit into the slot's tokens/lengths/done in place."""
+    """Target logits -> verdict, commit into the slot's tokens/lengths/done in place.
+
+    Args:
+        rule: the acceptance rule by name ("token" or "block"), fixed per graph.
+    """
+
+    def __init__(self, rule: str = "token") -> None:
+        super().__init__()
+        if rule not in RULES:
+            raise ValueError(f"verifier: the static engine compiles {sorted(RULES)}, got {rule!r}")
+        self.rule = rule
 
     def forward(self, logits: Tensor, drafted: Tensor, q: Tensor, u: Tensor, knob: Tensor,
                 eos: Tensor, tokens: Tensor, lengths: Tensor, stop: Tensor,
                 done: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(verdict tokens [B, K+1], num_accepted [B], emitted [B], active [B])."""
-        verdict, n = verify_tensor(drafted, q, warp_tensor(logits, knob), u)
+        verdict, n = RULES[self.rule](drafted, q, warp_tensor(logits, knob), u)
         active = ~done
         emitted, new, ended, finished = commit(verdict, n, tokens, lengths, stop, done, eos)
         tokens.copy_(new)

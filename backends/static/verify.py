@@ -1,4 +1,4 @@
-"""`specsample.verify.verify` and the round's commit in plain torch, for graph capture.
+"""`verify`, `verify_block` and the round's commit in plain torch, for graph capture.
 
 The core functions go through array-api-compat, whose promotion of Python
 scalars (`torch.result_type`) Dynamo cannot trace; these are the same
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["commit", "sample_tensor", "verify_tensor"]
+__all__ = ["commit", "sample_tensor", "verify_block_tensor", "verify_tensor"]
 
 
 def sample_tensor(probs: Tensor, u: Tensor) -> Tensor:
@@ -52,6 +52,56 @@ def verify_tensor(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tenso
     out = torch.where(slots < n[:, None], padded,
                       torch.where(slots == n[:, None], final[:, None], -1))
     return out, n
+
+
+def verify_block_tensor(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor, uniforms: Tensor,
+                        draft_lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """`verify_block(..., check=False)`: (tokens [B, K+1], num_accepted [B]).
+
+    Sun et al. (2025), Algorithm 2, the same operations in the same order as
+    `specsample.verify_block`; see that module for the rule.
+
+    Args:
+        draft_tokens: int64 [B, K].
+        draft_probs: [B, K, V], the laws the drafts were sampled from.
+        target_probs: [B, K+1, V].
+        uniforms: [B, K+1] in [0, 1).
+        draft_lengths: int64 [B] in [0, K], or None for K.
+    """
+    batch, k = draft_tokens.shape
+    at = draft_tokens[..., None]  # [B, K, 1]
+    p_x = target_probs[:, :k].gather(-1, at)[..., 0]  # [B, K]
+    q = draft_probs.to(target_probs.dtype)  # [B, K, V]
+    q_x = q.gather(-1, at)[..., 0]
+    lengths = torch.full_like(draft_tokens[:, 0], k) if draft_lengths is None else draft_lengths
+    weight, out = torch.ones_like(p_x[:, 0]), []
+    for i in range(k):  # p_i = min(1, p_{i-1} P_i(x_i) / Q_i(x_i)), divided only below 1
+        mass = weight * p_x[:, i]
+        full = mass >= q_x[:, i]
+        weight = torch.where(full, 1.0, mass / torch.where(full, 1.0, q_x[:, i]))
+        out.append(weight)
+    weights = torch.stack(out, dim=1)  # [B, K]
+    excess = (weights[:, :-1, None] * target_probs[:, 1:k] - q[:, 1:]).clamp(min=0.0)  # [B, K-1, V]
+    z = torch.cat([excess.sum(dim=-1), weights[:, -1:]], dim=1)  # Z_2..Z_K, then p_K
+    steps = torch.arange(1, k + 1, device=lengths.device)[None, :]  # [1, K]
+    at_end = steps == lengths[:, None]
+    z = torch.where(at_end, weights, z)
+    total = torch.where(at_end, 1.0, z + 1.0 - weights)
+    passed = (uniforms[:, :k] * total < z) & (steps <= lengths[:, None])  # eta_i < h_i, division-free
+    n = torch.where(passed, steps, 0).amax(dim=1)  # tau: the last i that passed, or 0
+    rows = torch.arange(batch, device=n.device)
+    inside = (n < lengths)[:, None]
+    prior = torch.cat([torch.ones_like(weights[:, :1]), weights[:, :-1]], dim=1)  # p_0..p_{K-1}
+    at_n = n.clamp(max=k - 1)
+    p_n = target_probs[rows, n]  # P_{tau+1}: [B, V]
+    residual = (torch.where(inside, prior[rows, at_n][:, None], 1.0) * p_n
+                - torch.where(inside, q[rows, at_n], 0.0)).clamp(min=0.0)
+    has_mass = residual.sum(dim=-1, keepdim=True) > 0
+    final = sample_tensor(torch.where(has_mass, residual, p_n), uniforms[:, k])  # [B]
+    slots = torch.arange(k + 1, device=n.device)[None, :]
+    padded = torch.cat([draft_tokens, torch.zeros_like(draft_tokens[:, :1])], dim=1)  # [B, K+1]
+    tokens = torch.where(slots < n[:, None], padded, torch.where(slots == n[:, None], final[:, None], -1))
+    return tokens, n
 
 
 def commit(verdict: Tensor, n: Tensor, tokens: Tensor, lengths: Tensor, stop: Tensor, done: Tensor,

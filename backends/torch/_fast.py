@@ -137,7 +137,7 @@ def is_llama(model: nn.Module) -> bool:
             and not getattr(cfg, "pretraining_tp", 1) > 1)
 
 
-def _rms(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     # As LlamaRMSNorm: normalise in float32, scale in the input dtype.
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
@@ -168,7 +168,7 @@ def decoder_layer(x: Tensor, cos: Tensor, sin: Tensor, group_mask: Tensor,
     """
     batch, width = x.shape[0], x.shape[1]
     rep = heads // kv_heads
-    h = _rms(x, norms[0], eps)
+    h = rms_norm(x, norms[0], eps)
     q = _rope(linear("q", h).view(batch, width, heads, hd).transpose(1, 2), cos, sin)  # [B, H, T, hd]
     k = _rope(linear("k", h).view(batch, width, kv_heads, hd).transpose(1, 2), cos, sin)
     v = linear("v", h).view(batch, width, kv_heads, hd).transpose(1, 2)  # [B, H_kv, T, hd]
@@ -177,7 +177,7 @@ def decoder_layer(x: Tensor, cos: Tensor, sin: Tensor, group_mask: Tensor,
     a = F.scaled_dot_product_attention(q, keys, values, attn_mask=group_mask)
     a = a.reshape(batch, heads, width, hd).transpose(1, 2).reshape(batch, width, heads * hd)
     x = x + linear("o", a)
-    h = _rms(x, norms[1], eps)
+    h = rms_norm(x, norms[1], eps)
     return x + linear("down", act(linear("gate", h)) * linear("up", h))
 
 
@@ -218,4 +218,4 @@ def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Te
         x = decoder_layer(x, cos, sin, group_mask, (layer.input_norm, layer.post_norm), linear,
                           write, heads=heads, kv_heads=kv_heads, hd=hd, eps=stack.eps,
                           act=stack.act)
-    return stack.head(_rms(x, stack.norm, stack.eps))  # [B, T, V]
+    return stack.head(rms_norm(x, stack.norm, stack.eps))  # [B, T, V]

@@ -1,7 +1,7 @@
 (* Every main theorem must print "Closed under the global context": its
    proof depends on nothing but the definitions of Coq and MathComp. *)
 
-From SpecSample Require Import OneToken SeqSum Block AcceptLength.
+From SpecSample Require Import OneToken SeqSum Block AcceptLength BlockVerify.
 
 (* One-token lemma *)
 Print Assumptions one_token.
@@ -38,3 +38,13 @@ Print Assumptions lawN_sum1.
 Print Assumptions lawN_mean.
 Print Assumptions lawN_mean_closed.
 Print Assumptions speedup_closed.
+
+(* Block verification (Sun et al. 2025) *)
+Print Assumptions roundB_AR.
+Print Assumptions roundsB_AR.
+Print Assumptions block_speculative_prefix.
+Print Assumptions block_verification_complete.
+Print Assumptions F_complete.
+Print Assumptions sum_none.
+Print Assumptions hB_range.
+Print Assumptions first_accepted.

@@ -1,11 +1,12 @@
-"""Exact check that the implementation's `verify` realises the proved law.
+"""Exact check that the implementation's `verify` and `verify_block` realise the proved law.
 
 Speculative sampling is a deterministic function of its uniforms. For each
 draft path, the implementation's decisions are constant on intervals of the
 uniforms whose end points are exact rationals: u_i against p(x_i)/q(x_i) for
-acceptance, and the cumulative sums of every law the final token may come
-from. This checker computes those end points with `fractions.Fraction`, calls
-the implementation (`specsample.verify` and `specsample.sample`) once at the
+token-wise acceptance (eta_i against h_i for block verification, Sun et al.
+2025), and the cumulative sums of every law the final token may come from.
+This checker computes those end points with `fractions.Fraction`, calls the
+implementation (the verifier and `specsample.sample`) once at the
 midpoint of every cell, and weights each outcome by the exact length of its
 cell. The result is the exact law the *code* emits (not a re-derivation of
 the algorithm), composed across rounds, and it is compared with the target's
@@ -24,8 +25,8 @@ from fractions import Fraction
 import numpy as np
 from specsample_backends.reference import NGramModel, random_ngram
 
-from specsample import sample, verify
-from specsample.testing import autoregressive_law
+from specsample import sample, verify, verify_block
+from specsample.testing import autoregressive_law, block_thresholds
 
 Law = dict[tuple[int, ...], Fraction]
 LawFn = Callable[[tuple[int, ...]], list[Fraction]]
@@ -54,21 +55,78 @@ def _checked_draw(law: list[Fraction]) -> list[tuple[int, Fraction]]:
     return sorted(out.items())
 
 
-def _final_points(p_laws: list[list[Fraction]], q_laws: list[list[Fraction]],
-                  drafts: Sequence[int], deterministic: bool) -> list[Fraction]:
-    """Every CDF point of every law the final token may be drawn from."""
-    points: list[Fraction] = []
+Cuts = Callable[[list[list[Fraction]], list[list[Fraction]], Sequence[int], bool],
+                tuple[list[list[Fraction]], list[Fraction]]]
+
+
+def _one_hots(drafts: Sequence[int], vocab: int) -> list[list[Fraction]]:
+    return [[Fraction(int(j == x)) for j in range(vocab)] for x in drafts]
+
+
+def _excess(p: Sequence[Fraction], q: Sequence[Fraction], scale: Fraction = Fraction(1)) -> list[Fraction]:
+    return [max(Fraction(0), scale * a - b) for a, b in zip(p, q, strict=True)]
+
+
+def token_cuts(p_laws: list[list[Fraction]], q_laws: list[list[Fraction]], drafts: Sequence[int],
+               deterministic: bool) -> tuple[list[list[Fraction]], list[Fraction]]:
+    """Token-wise verification: u_i against p(x_i)/q(x_i); every p_n and residual CDF point."""
+    q_used = _one_hots(drafts, len(p_laws[0])) if deterministic else q_laws
+    accept = [[p_laws[i][x] / q_used[i][x]] for i, x in enumerate(drafts)]
+    final: list[Fraction] = []
     for i, p in enumerate(p_laws):
-        points += _cdf_points(p)
-        if i < len(q_laws):
-            q = [Fraction(int(j == drafts[i])) for j in range(len(p))] if deterministic else q_laws[i]
-            points += _cdf_points([max(Fraction(0), a - b) for a, b in zip(p, q, strict=True)])
-    return points
+        final += _cdf_points(p)
+        if i < len(q_used):
+            final += _cdf_points(_excess(p, q_used[i]))
+    return accept, final
+
+
+def block_cuts(p_laws: list[list[Fraction]], q_laws: list[list[Fraction]], drafts: Sequence[int],
+               deterministic: bool) -> tuple[list[list[Fraction]], list[Fraction]]:
+    """Block verification: eta_i against h_i and p_i; every P_{tau+1} and block residual CDF point."""
+    q_used = _one_hots(drafts, len(p_laws[0])) if deterministic else q_laws
+    weights, h = block_thresholds(p_laws, q_used, drafts)
+    final: list[Fraction] = []
+    for tau, p in enumerate(p_laws):
+        final += _cdf_points(p)
+        if tau < len(q_used):
+            final += _cdf_points(_excess(p, q_used[tau], weights[tau - 1] if tau else Fraction(1)))
+    return [[a, b] for a, b in zip(h, weights, strict=True)], final
+
+
+def union(*rules: Cuts) -> Cuts:
+    """Cells on which every rule in `rules` is constant."""
+    def cuts(p_laws: list[list[Fraction]], q_laws: list[list[Fraction]], drafts: Sequence[int],
+             deterministic: bool) -> tuple[list[list[Fraction]], list[Fraction]]:
+        parts = [rule(p_laws, q_laws, drafts, deterministic) for rule in rules]
+        accept = [[x for part in parts for x in part[0][i]] for i in range(len(drafts))]
+        return accept, [x for part in parts for x in part[1]]
+
+    return cuts
+
+
+def one_hot_cuts(rule: Cuts) -> Cuts:
+    """`rule`'s cells when the verifier treats every draft as deterministic (q = 1)."""
+    return lambda p_laws, q_laws, drafts, _: rule(p_laws, q_laws, drafts, True)
+
+
+def first(length: int, rule: Cuts) -> Cuts:
+    """`rule`'s cells for a block of the first `length` drafts (the rest never decide)."""
+    def cuts(p_laws: list[list[Fraction]], q_laws: list[list[Fraction]], drafts: Sequence[int],
+             deterministic: bool) -> tuple[list[list[Fraction]], list[Fraction]]:
+        accept, final = rule(p_laws[: length + 1], q_laws[:length], drafts[:length], deterministic)
+        return accept + [[] for _ in drafts[length:]], final
+
+    return cuts
 
 
 def round_law(p: LawFn, q: LawFn, context: tuple[int, ...], *, k: int, vocab: int,
-              verifier: Callable[..., object] = verify, deterministic: bool = False) -> Law:
-    """The exact law of one round's emitted tokens, as the implementation emits them."""
+              verifier: Callable[..., object] = verify, deterministic: bool = False,
+              cuts: Cuts = token_cuts) -> Law:
+    """The exact law of one round's emitted tokens, as the implementation emits them.
+
+    `cuts` gives the points where the verifier's decisions can change (per acceptance
+    uniform, and for the final one); the verifier is called once inside every cell.
+    """
     law: Law = {}
     paths: list[tuple[tuple[int, ...], Fraction, list[list[Fraction]]]] = [((), Fraction(1), [])]
     for _ in range(k):  # draft paths: tokens, their probability, the laws q they came from
@@ -80,11 +138,8 @@ def round_law(p: LawFn, q: LawFn, context: tuple[int, ...], *, k: int, vocab: in
         paths = grown
     for drafts, weight, q_laws in paths:
         p_laws = [p(context + drafts[:i]) for i in range(k + 1)]
-        q_used = [[Fraction(int(j == drafts[i])) for j in range(vocab)] for i in range(k)] \
-            if deterministic else q_laws
-        accept_cells = [_cells([p_laws[i][x] / q_used[i][x]]) for i, x in enumerate(drafts)]
-        final_cells = _cells(_final_points(p_laws, q_laws, drafts, deterministic))
-        combos = list(itertools.product(*accept_cells, final_cells))
+        accept_points, final_points = cuts(p_laws, q_laws, drafts, deterministic)
+        combos = list(itertools.product(*(_cells(points) for points in accept_points), _cells(final_points)))
         u = np.array([[float((a + b) / 2) for a, b in combo] for combo in combos])  # [rows, K+1]
         rows = len(combos)
         verdict = verifier(np.tile(np.array(drafts), (rows, 1)),
@@ -105,7 +160,7 @@ def _floats(laws: list[list[Fraction]]) -> np.ndarray:
 
 def sequence_law(p: LawFn, q: LawFn, prefix: tuple[int, ...], *, k: int, vocab: int, length: int,
                  verifier: Callable[..., object] = verify, deterministic: bool = False,
-                 rounds: dict[tuple[int, ...], Law] | None = None) -> Law:
+                 rounds: dict[tuple[int, ...], Law] | None = None, cuts: Cuts = token_cuts) -> Law:
     """The exact law of the first `length` emitted tokens, composing rounds.
 
     `rounds` memoises the round law per context (pass {} to share it).
@@ -115,12 +170,12 @@ def sequence_law(p: LawFn, q: LawFn, prefix: tuple[int, ...], *, k: int, vocab: 
     rounds = {} if rounds is None else rounds
     if prefix not in rounds:
         rounds[prefix] = round_law(p, q, prefix, k=k, vocab=vocab, verifier=verifier,
-                                   deterministic=deterministic)
+                                   deterministic=deterministic, cuts=cuts)
     out: Law = {}
     for emitted, weight in rounds[prefix].items():
         head = emitted[:length]
         rest = sequence_law(p, q, prefix + head, k=k, vocab=vocab, length=length - len(head),
-                            verifier=verifier, deterministic=deterministic, rounds=rounds)
+                            verifier=verifier, deterministic=deterministic, rounds=rounds, cuts=cuts)
         for tail, w in rest.items():
             out[head + tail] = out.get(head + tail, Fraction(0)) + weight * w
     return {s: w for s, w in out.items() if w}
@@ -136,32 +191,51 @@ def argmax_law(model: NGramModel) -> LawFn:
     return law
 
 
+PREFIX = (1, 0)
 CASES = [  # (vocab, order, k, length, deterministic)
     (2, 2, 1, 3, False), (3, 2, 2, 4, False), (4, 1, 3, 4, False), (3, 2, 3, 5, False),
     (4, 2, 2, 4, True), (3, 2, 3, 5, True),
 ]
 
 
-def check(vocab: int, order: int, k: int, length: int, deterministic: bool, *,
-          verifier: Callable[..., object] = verify) -> bool:
-    """Whether the implementation's law equals the target's, for one case."""
+def models(vocab: int, order: int, deterministic: bool) -> tuple[LawFn, LawFn]:
+    """The case's context-dependent target and draft laws (argmax draft when deterministic)."""
     target = random_ngram(vocab, order=order, seed=vocab * 10 + order, concentration=0.8, zeros=0.25)
     draft = random_ngram(vocab, order=order, seed=vocab * 10 + order + 1, concentration=0.8, zeros=0.25)
-    q = argmax_law(draft) if deterministic else draft.law
-    prefix = (1, 0)
-    got = sequence_law(target.law, q, prefix, k=k, vocab=vocab, length=length, verifier=verifier,
-                       deterministic=deterministic)
-    return got == autoregressive_law(target.law, prefix, length=length, vocab_size=vocab)
+    return target.law, argmax_law(draft) if deterministic else draft.law
+
+
+def check(vocab: int, order: int, k: int, length: int, deterministic: bool, *,
+          verifier: Callable[..., object] = verify, cuts: Cuts = token_cuts) -> bool:
+    """Whether the implementation's law equals the target's, for one case."""
+    p, q = models(vocab, order, deterministic)
+    got = sequence_law(p, q, PREFIX, k=k, vocab=vocab, length=length, verifier=verifier,
+                       deterministic=deterministic, cuts=cuts)
+    return got == autoregressive_law(p, PREFIX, length=length, vocab_size=vocab)
+
+
+def expected_accepted(vocab: int, order: int, k: int, deterministic: bool, *,
+                      verifier: Callable[..., object] = verify, cuts: Cuts = token_cuts) -> Fraction:
+    """The exact expected number of accepted drafts in the case's first round, as implemented."""
+    p, q = models(vocab, order, deterministic)
+    law = round_law(p, q, PREFIX, k=k, vocab=vocab, verifier=verifier, deterministic=deterministic,
+                    cuts=cuts)
+    return sum((w * (len(tokens) - 1) for tokens, w in law.items()), Fraction(0))
+
+
+RULES: dict[str, tuple[Callable[..., object], Cuts]] = {
+    "token": (verify, token_cuts), "block": (verify_block, block_cuts)}
 
 
 def main() -> int:
     ok = True
-    for case in CASES:
-        passed = check(*case)
-        ok &= passed
-        vocab, order, k, length, det = case
-        print(f"V={vocab} order={order} K={k} first {length} tokens "
-              f"{'deterministic' if det else 'stochastic'} draft: {'exact' if passed else 'MISMATCH'}")
+    for name, (verifier, cuts) in RULES.items():
+        for case in CASES:
+            passed = check(*case, verifier=verifier, cuts=cuts)
+            ok &= passed
+            vocab, order, k, length, det = case
+            print(f"{name}: V={vocab} order={order} K={k} first {length} tokens "
+                  f"{'deterministic' if det else 'stochastic'} draft: {'exact' if passed else 'MISMATCH'}")
     return 0 if ok else 1
 
 

@@ -6,7 +6,8 @@
   distinct prefix evaluated once (`PrefixLaws`).
 - `samples_needed`, `samples_needed_two_sample`, `detectable_tv`: sizes and power.
 - `exact_round_law`, `exact_sequence_law`, `autoregressive_law`, `accepted_length_law`,
-  `expected_tokens_per_round`: exact laws of speculative sampling, with Fractions.
+  `expected_tokens_per_round`: exact laws of speculative sampling, with Fractions
+  (token-wise or block verification); `block_thresholds`: block verification's p_i, h_i.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from specsample.testing._exact import (
     accepted_length_law,
     autoregressive_law,
+    block_thresholds,
     exact_round_law,
     exact_sequence_law,
     expected_tokens_per_round,
@@ -24,6 +26,6 @@ from specsample.testing._power import detectable_tv, samples_needed, samples_nee
 from specsample.testing._tree import PrefixLaws, tree_samples
 
 __all__ = ["FitResult", "HomogeneityResult", "PrefixLaws", "accepted_length_law",
-           "autoregressive_law", "detectable_tv", "exact_round_law", "exact_sequence_law",
+           "autoregressive_law", "block_thresholds", "detectable_tv", "exact_round_law", "exact_sequence_law",
            "expected_tokens_per_round", "goodness_of_fit", "homogeneity", "samples_needed",
            "samples_needed_two_sample", "tree_samples"]

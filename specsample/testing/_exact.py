@@ -1,6 +1,7 @@
 """Exact laws (fractions.Fraction) of speculative sampling, by enumerating every branch.
 
-A round (Leviathan et al. 2023, Algorithm 1): the draft samples d_1..d_K autoregressively
+A round (Leviathan et al. 2023, Algorithm 1; block verification, Sun et al. 2025, is the
+alternative rule `verifier="block"`): the draft samples d_1..d_K autoregressively
 from q; draft token d_i is accepted with probability min(1, p(d_i) / q(d_i)) if every earlier
 one was; on the first rejection, with n tokens accepted, one token is drawn from the
 normalised residual max(0, p_n - q_n) (from p_n if the residual has no mass); if all K are
@@ -10,19 +11,23 @@ autoregressive law; these functions give both sides exactly, to compare.
 
 from __future__ import annotations
 
+import itertools
+import math
 import numbers
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
 from specsample._array import check_int
+from specsample.metrics import expected_tokens_per_round as tokens_per_round
 
-__all__ = ["accepted_length_law", "autoregressive_law", "exact_round_law", "exact_sequence_law",
-           "expected_tokens_per_round"]
+__all__ = ["accepted_length_law", "autoregressive_law", "block_thresholds", "exact_round_law",
+           "exact_sequence_law", "expected_tokens_per_round"]
 
 Prob = Fraction | int | float
 DistFn = Callable[[tuple[int, ...]], Iterable[Prob]]
 Law = dict[tuple[int, ...], Fraction]
+RULES = ("token", "block")
 
 
 def _fraction(value: object, where: str) -> Fraction:
@@ -69,11 +74,12 @@ def _add(law: Law, tokens: tuple[int, ...], weight: Fraction) -> None:
         law[tokens] = law.get(tokens, Fraction(0)) + weight
 
 
-def _residual(p_n: tuple[Fraction, ...], q_n: tuple[Fraction, ...]) -> tuple[Fraction, ...]:
-    """norm(max(0, p_n - q_n)); p_n when that has no mass (p_n == q_n)."""
+def _residual(p_n: Sequence[Fraction], q_n: Sequence[Fraction],
+              fallback: Sequence[Fraction] | None = None) -> tuple[Fraction, ...]:
+    """norm(max(0, p_n - q_n)); `fallback` (default p_n) when that has no mass (p_n == q_n)."""
     excess = tuple(max(Fraction(0), a - b) for a, b in zip(p_n, q_n, strict=True))
     mass = sum(excess)
-    return tuple(e / mass for e in excess) if mass else p_n
+    return tuple(e / mass for e in excess) if mass else tuple(p_n if fallback is None else fallback)
 
 
 def _round_from(p: _Model, q: _Model, context: tuple[int, ...], drafts_left: int) -> Law:
@@ -96,14 +102,67 @@ def _round_from(p: _Model, q: _Model, context: tuple[int, ...], drafts_left: int
     return law
 
 
-def _sequence_from(p: _Model, q: _Model, context: tuple[int, ...], k: int, length: int) -> Law:
+def block_thresholds(p_laws: Sequence[Sequence[Fraction]], q_laws: Sequence[Sequence[Fraction]],
+                     drafts: Sequence[int]) -> tuple[list[Fraction], list[Fraction]]:
+    """Block verification's weights p_1..p_K and thresholds h_1..h_K for one draft path.
+
+    Sun et al. (2025), Algorithm 2: p_i = min(1, p_{i-1} P_i(x_i) / Q_i(x_i)),
+    h_i = Z_{i+1} / (Z_{i+1} + 1 - p_i) with Z_{i+1} = sum_y max(p_i P_{i+1}(y) - Q_{i+1}(y), 0)
+    for i < K, h_K = p_K. `p_laws` holds P_1..P_{K+1}, `q_laws` Q_1..Q_K. A 0/0 threshold
+    (p_i = 1, P_{i+1} = Q_{i+1}) is 0, as the strict implementation reads it; any value
+    gives the same law there.
+    """
+    weights: list[Fraction] = []
+    weight = Fraction(1)
+    for i, x in enumerate(drafts):
+        mass = weight * p_laws[i][x]
+        weight = Fraction(1) if mass >= q_laws[i][x] else mass / q_laws[i][x]
+        weights.append(weight)
+    thresholds = []
+    for i, w in enumerate(weights[:-1]):
+        z = sum((max(Fraction(0), w * a - b) for a, b in zip(p_laws[i + 1], q_laws[i + 1], strict=True)),
+                Fraction(0))
+        thresholds.append(z / (z + 1 - w) if z + 1 - w else Fraction(0))
+    return weights, [*thresholds, *weights[-1:]]
+
+
+def _block_round_from(p: _Model, q: _Model, context: tuple[int, ...], k: int) -> Law:
+    """Law of the tokens one block-verification round emits after `context`."""
+    law: Law = {}
+    for drafts in itertools.product(range(len(p(context))), repeat=k):
+        q_laws = [q(context + drafts[:i]) for i in range(k)]
+        weight = math.prod((q_laws[i][x] for i, x in enumerate(drafts)), start=Fraction(1))
+        if not weight:
+            continue
+        p_laws = [p(context + drafts[:i]) for i in range(k + 1)]
+        weights, h = block_thresholds(p_laws, q_laws, drafts)
+        stop_above = Fraction(1)  # P(eta_j >= h_j for every j > tau)
+        for tau in range(k, -1, -1):
+            chance = stop_above * (h[tau - 1] if tau else Fraction(1))  # P(this tau | drafts)
+            stop_above *= 1 - h[tau - 1] if tau else 1
+            if tau == k:
+                final = p_laws[k]
+            else:
+                prior = weights[tau - 1] if tau else Fraction(1)
+                final = _residual(tuple(prior * a for a in p_laws[tau]), q_laws[tau], p_laws[tau])
+            for t, r in enumerate(final):
+                _add(law, (*drafts[:tau], t), weight * chance * r)
+    return law
+
+
+def _one_round(p: _Model, q: _Model, context: tuple[int, ...], k: int, verifier: str) -> Law:
+    return _block_round_from(p, q, context, k) if verifier == "block" else _round_from(p, q, context, k)
+
+
+def _sequence_from(p: _Model, q: _Model, context: tuple[int, ...], k: int, length: int,
+                   verifier: str = "token") -> Law:
     """Law of the first `length` tokens emitted by rounds run one after another from `context`."""
     law: Law = {}
-    for emitted, w in _round_from(p, q, context, k).items():
+    for emitted, w in _one_round(p, q, context, k, verifier).items():
         if len(emitted) >= length:
             _add(law, emitted[:length], w)
             continue
-        rest = _sequence_from(p, q, context + emitted, k, length - len(emitted))
+        rest = _sequence_from(p, q, context + emitted, k, length - len(emitted), verifier)
         for tail, w_tail in rest.items():
             _add(law, emitted + tail, w * w_tail)
     return law
@@ -134,8 +193,14 @@ def _models(p: DistFn, q: DistFn, vocab_size: int, deterministic: bool) -> tuple
     return _Model(p, "p", vocab_size), _Model(q, "q", vocab_size, one_hot=deterministic)
 
 
+def _rule(verifier: str) -> str:
+    if verifier not in RULES:
+        raise ValueError(f"verifier: expected one of {', '.join(RULES)}, got {verifier!r}")
+    return verifier
+
+
 def exact_round_law(p: DistFn, q: DistFn, prefix: Sequence[int], *, k: int, vocab_size: int,
-                    deterministic: bool = False) -> Law:
+                    deterministic: bool = False, verifier: str = "token") -> Law:
     """The exact law of the tokens one speculative round emits after `prefix`.
 
     Args:
@@ -146,16 +211,17 @@ def exact_round_law(p: DistFn, q: DistFn, prefix: Sequence[int], *, k: int, voca
         k: draft tokens per round, >= 1.
         vocab_size: V, >= 1.
         deterministic: the draft is deterministic (one-hot q).
+        verifier: "token" (Leviathan et al. 2023) or "block" (Sun et al. 2025).
 
     Returns:
         {emitted tokens (n accepted, then the final one; length 1..k+1): probability > 0}.
     """
     models = _models(p, q, vocab_size, deterministic)
-    return _round_from(*models, _prefix(prefix), check_int("k", k, 1))
+    return _one_round(*models, _prefix(prefix), check_int("k", k, 1), _rule(verifier))
 
 
 def exact_sequence_law(p: DistFn, q: DistFn, prefix: Sequence[int], *, k: int, vocab_size: int,
-                       length: int, deterministic: bool = False) -> Law:
+                       length: int, deterministic: bool = False, verifier: str = "token") -> Law:
     """The exact law of the first `length` tokens emitted by consecutive speculative rounds.
 
     Each round starts from the prefix plus everything emitted so far; the output is truncated
@@ -169,13 +235,14 @@ def exact_sequence_law(p: DistFn, q: DistFn, prefix: Sequence[int], *, k: int, v
         vocab_size: V, >= 1.
         length: tokens to keep, >= 1.
         deterministic: the draft is deterministic (one-hot q).
+        verifier: "token" or "block", as in `exact_round_law`.
 
     Returns:
         {tokens (length `length`): probability > 0}.
     """
     models = _models(p, q, vocab_size, deterministic)
     return _sequence_from(*models, _prefix(prefix), check_int("k", k, 1),
-                          check_int("length", length, 1))
+                          check_int("length", length, 1), _rule(verifier))
 
 
 def autoregressive_law(p: DistFn, prefix: Sequence[int], *, length: int,
@@ -228,7 +295,4 @@ def expected_tokens_per_round(alpha: Prob, k: int) -> Fraction:
     Returns:
         (1 - alpha^(k+1)) / (1 - alpha), or k + 1 when alpha = 1.
     """
-    rate, k = _acceptance(alpha), check_int("k", k, 1)
-    if rate == 1:
-        return Fraction(k + 1)
-    return (1 - rate ** (k + 1)) / (1 - rate)
+    return tokens_per_round(_acceptance(alpha), check_int("k", k, 1))

@@ -17,11 +17,19 @@ from specsample.params import SamplingParams
 from specsample.protocols import Model
 from specsample.sample import sample
 from specsample.verify import Verdict, assemble, final_token, num_accepted, token_probs, verify
+from specsample.verify_block import (
+    block_accepted,
+    block_final_token,
+    block_weights,
+    draft_laws,
+    last_passed,
+)
 from specsample.warp import warp
 
 __all__ = ["DRAFTERS", "LOOKAHEAD", "VERIFIERS", "MisreportingDrafter", "accept_if_le", "always_accept",
-           "argmax_draft_softmax_q", "bonus_from_wrong_position", "lenient", "never_accept",
-           "p_shifted", "raw_logits_q", "resample_from_p", "temperature_in_verify_only"]
+           "argmax_draft_softmax_q", "block_q_one", "block_without_correction", "bonus_from_wrong_position",
+           "lenient", "never_accept", "p_shifted", "raw_logits_q", "resample_from_p",
+           "temperature_in_verify_only"]
 
 
 def resample_from_p(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
@@ -103,6 +111,34 @@ def lenient(lenience: float) -> Callable[..., Verdict]:
     return verifier
 
 
+def block_without_correction(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
+                             uniforms: Array, *, check: bool = True) -> Verdict:
+    """Block verification with h_i = p_i: no residual-mass correction Z_{i+1} / (Z_{i+1} + 1 - p_i)."""
+    xp = namespace(target_probs)
+    batch, k = (int(d) for d in draft_tokens.shape)
+    weights = block_weights(*token_probs(draft_tokens, draft_probs, target_probs))  # [B, K]
+    tau = last_passed(uniforms[:, :k] < weights)
+    lengths = xp.full((batch,), k, dtype=xp.int64)
+    final = block_final_token(weights, draft_laws(draft_tokens, draft_probs, target_probs), target_probs,
+                              tau, lengths, uniforms[:, k])
+    return assemble(draft_tokens, tau, final)
+
+
+def block_q_one(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
+                uniforms: Array, *, check: bool = True) -> Verdict:
+    """Block verification whose weights read q(x_i) = 1, as for a deterministic draft, while
+    Z_{i+1} and the residual use the laws the drafts were sampled from."""
+    xp = namespace(target_probs)
+    batch, k = (int(d) for d in draft_tokens.shape)
+    p_x, _ = token_probs(draft_tokens, draft_probs, target_probs)
+    weights = block_weights(p_x, xp.ones_like(p_x))  # [B, K]
+    q = draft_laws(draft_tokens, draft_probs, target_probs)  # [B, K, V]
+    lengths = xp.full((batch,), k, dtype=xp.int64)
+    tau = block_accepted(weights, q, target_probs, uniforms[:, :k], lengths)
+    final = block_final_token(weights, q, target_probs, tau, lengths, uniforms[:, k])
+    return assemble(draft_tokens, tau, final)
+
+
 VERIFIERS: dict[str, Callable[..., Verdict]] = {
     "resample-from-p": resample_from_p,
     "always-accept": always_accept,
@@ -111,6 +147,8 @@ VERIFIERS: dict[str, Callable[..., Verdict]] = {
     "p-shifted": p_shifted,
     "accept-if-le": accept_if_le,
     "lenient-0.5": lenient(0.5),
+    "block-without-correction": block_without_correction,
+    "block-q-one": block_q_one,
 }
 
 # Positions past its own that a rule reads to decide a position (0 unless listed); samplers

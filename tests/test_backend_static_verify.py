@@ -1,0 +1,45 @@
+"""The static engine's verify_block_tensor: token for token the core's verify_block, and traceable."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from specsample_backends.static import verify_block_tensor
+
+from specsample import verify_block
+
+V = 37
+
+
+def _inputs(seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    b, k = 64, 4
+    q = torch.softmax(torch.randn(b, k, V, generator=gen) * 2, -1).to(dtype)
+    p = torch.softmax(torch.randn(b, k + 1, V, generator=gen) * 2, -1).to(dtype)
+    p[0, :k] = q[0]  # p = q: no residual mass, every 0/0 threshold
+    p[1, :, : V // 2] = 0  # disjoint-ish supports
+    p[1] /= p[1].sum(-1, keepdim=True)
+    x = torch.multinomial(q.float().reshape(-1, V), 1, generator=gen).reshape(b, k)
+    u = torch.rand(b, k + 1, generator=gen, dtype=torch.float64).to(dtype)
+    u[2] = 0.0
+    lengths = torch.randint(0, k + 1, (b,), generator=gen)
+    return x, q, p, u, lengths
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("seed", range(20))
+def test_verify_block_tensor_equals_core_verify_block(seed: int, dtype: torch.dtype) -> None:
+    x, q, p, u, lengths = _inputs(seed, dtype)
+    for kwargs in ({}, {"draft_lengths": lengths}):
+        tokens, n = verify_block_tensor(x, q, p, u, **kwargs)
+        want = verify_block(x, q, p, u, check=False, **kwargs)
+        assert torch.equal(tokens, want.tokens) and torch.equal(n, want.num_accepted)
+
+
+def test_verify_block_tensor_compiles_as_one_graph() -> None:
+    # No graph break (fullgraph), static shapes; in float64 the compiled graph gives the core's tokens.
+    x, q, p, u, lengths = _inputs(0, torch.float64)
+    compiled = torch.compile(verify_block_tensor, dynamic=False, fullgraph=True)
+    tokens, n = compiled(x, q, p, u, lengths)
+    want = verify_block(x, q, p, u, check=False, draft_lengths=lengths)
+    assert torch.equal(tokens, want.tokens) and torch.equal(n, want.num_accepted)
