@@ -96,7 +96,8 @@ def test_generate_honours_every_model_flag(capsys: pytest.CaptureFixture[str], t
         assert text in settings, text
     assert "\n2 tokens in " in out  # no EOS on the toy tokenizer: exactly --max-new-tokens
     toml = tmp_path / "run.toml"
-    toml.write_text(f'backend = "reference"\ntarget = "{TOY}"\ndraft = "noisy:0.2"\nk = 3\ntemperature = 0.0\n')
+    toml.write_text(f'backend = "reference"\ntarget = "{TOY}"\ndraft = "noisy:0.2"\n'
+                    'k = 3\ntemperature = 0.0\n')
     assert main(["generate", "--prompt", "Hi", "--config", str(toml), "--max-new-tokens", "2"]) == 0
     assert "ModelDrafter (noisy:0.2), K=3, SamplingParams(temperature=0.0" in capsys.readouterr().out
     for option, value in (("--device", "cpu"), ("--dtype", "float32")):
