@@ -212,8 +212,9 @@ def run(args: argparse.Namespace) -> int:
     if args.n < 100:
         raise ValueError(f"--n: expected >= 100 samples per method, got {args.n} (from --tv "
                          f"{args.tv} and --alpha {args.alpha})")
-    print(f"check: target {config.target}, draft {config.draft}, backend {config.backend}, K={config.k}, "
-          f"{mode}, prompt {args.prompt!r}, n={args.n:,} per method, alpha={args.alpha}")
+    print(f"check: target {config.target or 'default'}, draft {config.draft or 'default'}, "
+          f"backend {config.backend}, K={config.k}, {mode}, prompt {args.prompt!r}, "
+          f"n={args.n:,} per method, alpha={args.alpha}")
     print(f"  two-sample size to detect TV {args.tv} with both error rates <= {args.alpha}: "
           f"{samples_needed_two_sample(args.tv, m=BINS, alpha=args.alpha, beta=args.alpha):,} "
           f"per method ({BINS} outcomes)")
