@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import specsample
+from specsample import Config
 from specsample.generate import generate
 from specsample.options import RunOptions
 from specsample.params import SamplingParams
@@ -17,6 +19,9 @@ CUDA = torch.cuda.is_available()
 def test_without_cuda_the_error_says_so_and_lists_devices() -> None:
     with pytest.raises(ValueError, match=r"no CUDA device.*devices here: cpu"):
         get_backend("cuda")
+    # The front door reaches the same backend and the same error.
+    with pytest.raises(ValueError, match=r"no CUDA device.*devices here: cpu"):
+        specsample.load(Config(backend="cuda"))
 
 
 @pytest.mark.cuda

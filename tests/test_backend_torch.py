@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 from specsample_backends.torch import HFModel, create, loading
+from specsample_backends.torch._fast import is_supported
 from specsample_backends.torch.compat import check_compatible
 from specsample_backends.torch.early_exit import early_exit_draft
 from specsample_backends.torch.quantized import int8_draft
@@ -51,17 +52,16 @@ def _ragged(vocab: int) -> tuple[torch.Tensor, list[int]]:
 
 
 def _adapters(module: torch.nn.Module) -> list[HFModel]:
-    return [HFModel(module), HFModel(module, fast=False)] if isinstance(module, LlamaForCausalLM) \
-        else [HFModel(module)]
+    return [HFModel(module), HFModel(module, fast=False)]  # the fast path, transformers' forward
 
 
-@pytest.mark.parametrize("make", [_tiny_llama, _tiny_qwen], ids=["llama", "qwen2-generic"])
+@pytest.mark.parametrize("make", [_tiny_llama, _tiny_qwen], ids=["llama", "qwen2"])
 def test_ragged_batch_logits_equal_plain_hf_per_row(make) -> None:  # type: ignore[no-untyped-def]
     module = make()
     ids, lengths = _ragged(module.config.vocab_size)
     for model in _adapters(module):
         assert isinstance(model, Model)
-        assert (model.stack is not None) == isinstance(module, LlamaForCausalLM) or model.stack is None
+        assert model.stack is None or is_supported(module)
         cache = model.new_cache(3, 16)
         logits, cache = model.forward(ids, cache)  # [3, 11, V]: rows past their length are padding
         assert logits.dtype == torch.float32 and logits.shape == (3, 11, module.config.vocab_size)
@@ -188,8 +188,9 @@ def test_bad_inputs(llama: LlamaForCausalLM) -> None:
         model.new_cache(1, 0)
     with pytest.raises(TypeError, match="model: expected a transformers causal LM"):
         HFModel(object())  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="fast: the fast path needs a LlamaForCausalLM"):
-        HFModel(_tiny_qwen(), fast=True)
+    with pytest.raises(ValueError, match="supported architecture: expected full attention in every layer"):
+        HFModel(Qwen2ForCausalLM(Qwen2Config(**TINY, use_sliding_window=True, max_window_layers=0)),
+                fast=True)
     with pytest.raises(FileNotFoundError, match=r"no/such/model\.gguf"):
         loading.load_target("/no/such/model.gguf")
     with pytest.raises(ValueError, match=r"int8, early-exit:N, lookup"):

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from specsample_backends.torch.early_exit import early_exit_module
 
 from specsample.generate import generate
 from specsample.options import RunOptions
@@ -86,15 +87,7 @@ def _hf_assistant(target: object, drafter: str) -> object | None:
     """A transformers assistant: the target's first N layers as a model (early-exit only)."""
     if not drafter.startswith("early-exit:"):
         return None
-    import copy
-
-    module = target.module  # type: ignore[attr-defined]
-    draft = copy.copy(module)
-    draft.model = copy.copy(module.model)
-    draft.model.layers = module.model.layers[: int(drafter.split(":")[1])]
-    draft.config = copy.deepcopy(module.config)
-    draft.config.num_hidden_layers = len(draft.model.layers)
-    return draft
+    return early_exit_module(target.module, int(drafter.split(":")[1]))  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from specsample_backends.torch import DEFAULT_DRAFT, DEFAULT_TARGET, loading
+from specsample_backends.torch._fast import ARCHITECTURES
 from specsample_backends.torch.dtypes import DTYPES, dtype_option
 from specsample_backends.torch.model import HFModel
 from torch import Tensor, nn
@@ -169,8 +170,8 @@ def _stack(name: str, model: Any, pieces: bool) -> Any:
     """The model's stack: as it is for compiled pieces (which call its linears through an
     opaque op), with plain dense linears for a whole-round capture (which traces them)."""
     if not isinstance(model, HFModel) or model.stack is None:
-        raise ValueError(f"{name}: the static engine needs a Llama-architecture HFModel on the fast "
-                         f"path, got {type(getattr(model, 'module', model)).__name__}")
+        raise ValueError(f"{name}: the static engine needs an HFModel on the fast path (one of "
+                         f"{sorted(ARCHITECTURES)}), got {type(getattr(model, 'module', model)).__name__}")
     return model.stack if pieces else static_stack(model.stack)
 
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import torch
 from specsample_backends.torch import opaque
-from specsample_backends.torch._fast import DenseLinear, LlamaStack, llama_forward
+from specsample_backends.torch._fast import DenseLinear, LlamaStack, attention_mask, llama_forward
 from torch import Tensor, nn
 
 from specsample.cache import Cache, Lineage
@@ -115,7 +115,7 @@ def static_stack(stack: LlamaStack) -> LlamaStack:
 def _forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, kv: KV) -> Tensor:
     """Logits [B, T, V] (float32 or float64) for tokens [B, T] at positions [B, T]."""
     slots = torch.arange(kv[0][0].shape[2], device=tokens.device)  # [C]
-    mask = (slots <= positions[:, :, None])[:, None]  # [B, 1, T, C]
+    mask = attention_mask(slots, positions, stack.window)  # [B, 1, T, C]
     logits: Tensor = llama_forward(stack, tokens, positions, mask, kv)
     return logits if logits.dtype == torch.float64 else logits.float()
 

@@ -27,9 +27,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from specsample_backends.torch import opaque
-from specsample_backends.torch._fast import LlamaLayer, LlamaStack, decoder_layer, rms_norm
+from specsample_backends.torch._fast import (
+    LlamaLayer,
+    LlamaStack,
+    attention_mask,
+    decoder_layer,
+    embed,
+    rms_norm,
+)
 from torch import Tensor, nn
 
 from .verify import commit, sample_tensor, verify_block_tensor, verify_tensor
@@ -51,6 +57,7 @@ def stack_config(stack: LlamaStack) -> tuple[object, ...]:
     """What a piece's graph depends on besides shapes: two stacks with equal configs share graphs."""
     layer = stack.layers[0]
     return (id(stack.rotary), id(stack.act), stack.eps, stack.heads, stack.kv_heads, stack.head_dim,
+            stack.embed_scale, stack.norm_offset, stack.window,
             tuple(opaque.out_features(getattr(layer, name)) for name in LINEARS),
             opaque.out_features(stack.head))
 
@@ -60,17 +67,17 @@ class EmbedStep(nn.Module):
 
     def __init__(self, stack: LlamaStack) -> None:
         super().__init__()
-        self.rotary = stack.rotary
+        self.rotary, self.scale, self.window = stack.rotary, stack.embed_scale, stack.window
         self.heads, self.kv_heads, self.hd = stack.heads, stack.kv_heads, stack.head_dim
 
-    def forward(self, tokens: Tensor, positions: Tensor, embed: Tensor,
+    def forward(self, tokens: Tensor, positions: Tensor, weight: Tensor,
                 keys: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """`keys` (any layer's K buffer [B, H_kv, C, hd]) only gives C."""
         batch, width = tokens.shape
         rep = self.heads // self.kv_heads
         slots = torch.arange(keys.shape[2], device=tokens.device)  # [C]
-        mask = (slots <= positions[:, :, None])[:, None]  # [B, 1, T, C]
-        x = F.embedding(tokens, embed)  # [B, T, D]
+        mask = attention_mask(slots, positions, self.window)  # [B, 1, T, C]
+        x = embed(tokens, weight, self.scale)  # [B, T, D]
         cos, sin = self.rotary(x, positions)  # [B, T, hd]
         group_mask = mask[:, :, None].expand(batch, 1, rep, width, mask.shape[-1]).reshape(
             batch, 1, rep * width, mask.shape[-1])  # [B, 1, rep*T, C]
@@ -85,6 +92,7 @@ class LayerStep(nn.Module):
         super().__init__()
         self.eps, self.heads, self.kv_heads, self.hd = stack.eps, stack.heads, stack.kv_heads, \
             stack.head_dim
+        self.norm_offset = stack.norm_offset
         self.act: Callable[[Tensor], Tensor] = stack.act
         self.out = {name: opaque.out_features(getattr(stack.layers[0], name)) for name in LINEARS}
 
@@ -109,7 +117,7 @@ class LayerStep(nn.Module):
 
         return decoder_layer(x, cos, sin, group_mask, (input_norm, post_norm), linear, write,
                              heads=self.heads, kv_heads=self.kv_heads, hd=self.hd, eps=self.eps,
-                             act=self.act)
+                             act=self.act, norm_offset=self.norm_offset)
 
 
 class HeadStep(nn.Module):
@@ -118,10 +126,11 @@ class HeadStep(nn.Module):
     def __init__(self, stack: LlamaStack) -> None:
         super().__init__()
         self.eps, self.vocab = stack.eps, opaque.out_features(stack.head)
+        self.norm_offset = stack.norm_offset
 
     def forward(self, x: Tensor, norm: Tensor, head_key: Tensor) -> Tensor:
         """The logits."""
-        logits = opaque.call(rms_norm(x, norm, self.eps), head_key, self.vocab)
+        logits = opaque.call(rms_norm(x, norm, self.eps, self.norm_offset), head_key, self.vocab)
         return logits if logits.dtype == torch.float64 else logits.float()
 
 

@@ -1,4 +1,8 @@
-"""A compact forward for Llama-architecture models over preallocated K/V buffers."""
+"""A compact forward for Llama-like decoders over preallocated K/V buffers.
+
+One forward serves every architecture in `ARCHITECTURES`: each differs from
+Llama by a few settings (`Architecture`), not by a copy of its forward.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["DenseLinear", "LlamaStack", "is_llama", "llama_forward"]
+__all__ = ["ARCHITECTURES", "Architecture", "DenseLinear", "LlamaStack", "architecture",
+           "attention_mask", "is_supported", "llama_forward"]
 
 Linear = Callable[[Tensor], Tensor]
 
@@ -83,6 +88,10 @@ class LlamaStack:
         norm: [D] final RMSNorm scale.
         head: the output projection D -> V.
         rotary: the model's rotary-embedding module (any rope type it supports).
+        embed_scale: the embeddings are multiplied by this (Gemma: sqrt(D) in the model dtype).
+        norm_offset: RMSNorm scales by (norm_offset + weight) in float32 (Gemma: 1), or,
+            when 0, by weight in the input dtype (Llama).
+        window: a query attends the last `window` positions only (Mistral), or all when None.
     """
 
     embed: Tensor
@@ -95,10 +104,18 @@ class LlamaStack:
     kv_heads: int
     head_dim: int
     act: Callable[[Tensor], Tensor]
+    embed_scale: float = 1.0
+    norm_offset: float = 0.0
+    window: int | None = None
 
     @classmethod
     def of(cls, model: nn.Module, *, pack: bool = True) -> LlamaStack:
-        """Read the weights of a `LlamaForCausalLM` (shared, not copied)."""
+        """Read the weights of a model of a supported architecture (shared, not copied).
+
+        Raises:
+            ValueError: the architecture is not in `ARCHITECTURES` (the message lists them).
+        """
+        arch = architecture(model)
         cfg, base = model.config, model.model
         dense = [[DenseLinear.of(m, pack=pack) for m in (
             layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
@@ -115,7 +132,10 @@ class LlamaStack:
                    head=DenseLinear.of(model.lm_head, pack=pack, one_row=True),
                    rotary=base.rotary_emb, eps=float(cfg.rms_norm_eps),
                    heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
-                   head_dim=head_dim, act=base.layers[0].mlp.act_fn)
+                   head_dim=head_dim, act=base.layers[0].mlp.act_fn,
+                   embed_scale=_embed_scale(base.embed_tokens, cfg.hidden_size) if arch.embed_scale
+                   else 1.0, norm_offset=arch.norm_offset,
+                   window=int(cfg.sliding_window) if arch.windowed and cfg.sliding_window else None)
 
     def derive(self, *, num_layers: int | None = None,
                linear: Callable[[DenseLinear], Linear] | None = None) -> LlamaStack:
@@ -130,18 +150,95 @@ class LlamaStack:
         return dataclasses.replace(self, layers=layers, head=head)
 
 
-def is_llama(model: nn.Module) -> bool:
-    """True for the architectures `llama_forward` computes exactly."""
-    cfg = getattr(model, "config", None)
-    return (type(model).__name__ == "LlamaForCausalLM" and getattr(cfg, "model_type", None) == "llama"
-            and not getattr(cfg, "pretraining_tp", 1) > 1)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Architecture:
+    """What sets a decoder apart from Llama; the rest is Llama's arithmetic.
+
+    Attributes:
+        model_type: the transformers config's model_type.
+        embed_scale: embeddings times sqrt(hidden_size), rounded to the model dtype (Gemma).
+        norm_offset: RMSNorm as (h * (offset + w)).to(dtype), computed in float32 (Gemma: 1).
+        windowed: attention limited to `config.sliding_window` positions (Mistral).
+    """
+
+    model_type: str
+    embed_scale: bool = False
+    norm_offset: float = 0.0
+    windowed: bool = False
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    # As LlamaRMSNorm: normalise in float32, scale in the input dtype.
+# Biases on q/k/v (Qwen2, or Llama's attention_bias) need nothing here: DenseLinear keeps them.
+ARCHITECTURES = {
+    "LlamaForCausalLM": Architecture(model_type="llama"),
+    "Qwen2ForCausalLM": Architecture(model_type="qwen2"),
+    "MistralForCausalLM": Architecture(model_type="mistral", windowed=True),
+    "GemmaForCausalLM": Architecture(model_type="gemma", embed_scale=True, norm_offset=1.0),
+}
+
+
+def _embed_scale(embedding: nn.Module, hidden_size: int) -> float:
+    """Gemma's embedding multiplier as its module applies it: its own `embed_scale` buffer
+    (transformers 5) in the weight dtype, else sqrt(hidden_size) rounded to that dtype."""
+    dtype = embedding.weight.dtype
+    own = getattr(embedding, "embed_scale", None)
+    scale = own.to(dtype) if isinstance(own, Tensor) else torch.tensor(hidden_size ** 0.5, dtype=dtype)
+    return float(scale)
+
+
+def _unsupported(model: nn.Module) -> str | None:
+    """Why `llama_forward` does not compute `model` exactly, or None when it does."""
+    name, cfg = type(model).__name__, getattr(model, "config", None)
+    arch = ARCHITECTURES.get(name)
+    if arch is None or getattr(cfg, "model_type", None) != arch.model_type:
+        return (f"expected one of {sorted(ARCHITECTURES)}, got {name} (model_type "
+                f"{getattr(cfg, 'model_type', None)!r})")
+    if getattr(cfg, "pretraining_tp", 1) > 1:
+        return f"expected pretraining_tp 1, got {cfg.pretraining_tp} ({name})"
+    if "sliding_attention" in (getattr(cfg, "layer_types", None) or ()) and not arch.windowed:
+        return f"expected full attention in every layer, got layer_types with sliding_attention ({name})"
+    return None
+
+
+def is_supported(model: nn.Module) -> bool:
+    """True for the architectures `llama_forward` computes exactly (see `ARCHITECTURES`)."""
+    return _unsupported(model) is None
+
+
+def architecture(model: nn.Module) -> Architecture:
+    """The model's entry in `ARCHITECTURES`.
+
+    Raises:
+        ValueError: an unsupported architecture or setting (the message names the supported ones).
+    """
+    why = _unsupported(model)
+    if why is not None:
+        raise ValueError(f"model: the fast path and the static engine need a supported architecture: {why}")
+    return ARCHITECTURES[type(model).__name__]
+
+
+def attention_mask(slots: Tensor, positions: Tensor, window: int | None) -> Tensor:
+    """bool [B, 1, T, C]: query at positions [B, T] sees key slot c iff c <= position (and
+    c > position - window with a sliding window, as transformers' sliding_window_overlay)."""
+    visible = slots <= positions[:, :, None]  # [B, T, C]
+    if window is not None:
+        visible = visible & (slots > positions[:, :, None] - window)
+    return visible[:, None]
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float, offset: float = 0.0) -> Tensor:
+    # As LlamaRMSNorm: normalise in float32, scale in the input dtype; with an offset as
+    # GemmaRMSNorm: scale by (offset + weight) in float32, then cast.
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    if offset:
+        return (h * (offset + weight.float())).to(x.dtype)
     return weight * h.to(x.dtype)
+
+
+def embed(tokens: Tensor, weight: Tensor, scale: float) -> Tensor:
+    """Token embeddings [B, T, D], times `scale` unless it is 1."""
+    x = F.embedding(tokens, weight)
+    return x * scale if scale != 1.0 else x
 
 
 def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -153,7 +250,8 @@ def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 def decoder_layer(x: Tensor, cos: Tensor, sin: Tensor, group_mask: Tensor,
                   norms: tuple[Tensor, Tensor], linear: Callable[[str, Tensor], Tensor],
                   write: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], *, heads: int,
-                  kv_heads: int, hd: int, eps: float, act: Callable[[Tensor], Tensor]) -> Tensor:
+                  kv_heads: int, hd: int, eps: float, act: Callable[[Tensor], Tensor],
+                  norm_offset: float = 0.0) -> Tensor:
     """One Llama decoder layer: x [B, T, D] -> x, for the eager path and the compiled pieces.
 
     Args:
@@ -163,12 +261,12 @@ def decoder_layer(x: Tensor, cos: Tensor, sin: Tensor, group_mask: Tensor,
         linear: linear(name, h) applies the layer's linear `name` (q, k, v, o, gate, up, down).
         write: write(k, v) stores the new K/V [B, H_kv, T, hd] in place and returns the
             whole (keys, values) buffers [B, H_kv, C, hd].
-        heads, kv_heads, hd, eps, act: the stack's query and K/V heads, head size, RMSNorm
-            epsilon and MLP activation.
+        heads, kv_heads, hd, eps, act, norm_offset: the stack's query and K/V heads, head
+            size, RMSNorm epsilon, MLP activation and RMSNorm offset.
     """
     batch, width = x.shape[0], x.shape[1]
     rep = heads // kv_heads
-    h = rms_norm(x, norms[0], eps)
+    h = rms_norm(x, norms[0], eps, norm_offset)
     q = _rope(linear("q", h).view(batch, width, heads, hd).transpose(1, 2), cos, sin)  # [B, H, T, hd]
     k = _rope(linear("k", h).view(batch, width, kv_heads, hd).transpose(1, 2), cos, sin)
     v = linear("v", h).view(batch, width, kv_heads, hd).transpose(1, 2)  # [B, H_kv, T, hd]
@@ -177,7 +275,7 @@ def decoder_layer(x: Tensor, cos: Tensor, sin: Tensor, group_mask: Tensor,
     a = F.scaled_dot_product_attention(q, keys, values, attn_mask=group_mask)
     a = a.reshape(batch, heads, width, hd).transpose(1, 2).reshape(batch, width, heads * hd)
     x = x + linear("o", a)
-    h = rms_norm(x, norms[1], eps)
+    h = rms_norm(x, norms[1], eps, norm_offset)
     return x + linear("down", act(linear("gate", h)) * linear("up", h))
 
 
@@ -197,7 +295,7 @@ def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Te
     batch, width = tokens.shape
     heads, kv_heads, hd = stack.heads, stack.kv_heads, stack.head_dim
     rep = heads // kv_heads
-    x = F.embedding(tokens, stack.embed)  # [B, T, D]
+    x = embed(tokens, stack.embed, stack.embed_scale)  # [B, T, D]
     cos, sin = stack.rotary(x, positions)  # [B, T, hd]
     cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, hd]
     index = positions[:, None, :, None].expand(batch, kv_heads, width, hd)
@@ -217,5 +315,5 @@ def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Te
 
         x = decoder_layer(x, cos, sin, group_mask, (layer.input_norm, layer.post_norm), linear,
                           write, heads=heads, kv_heads=kv_heads, hd=hd, eps=stack.eps,
-                          act=stack.act)
-    return stack.head(rms_norm(x, stack.norm, stack.eps))  # [B, T, V]
+                          act=stack.act, norm_offset=stack.norm_offset)
+    return stack.head(rms_norm(x, stack.norm, stack.eps, stack.norm_offset))  # [B, T, V]

@@ -12,7 +12,7 @@ from transformers.cache_utils import Cache as HFCache
 
 from specsample.cache import Cache, check_live, consume
 
-from ._fast import DenseLinear, LlamaStack, is_llama, llama_forward
+from ._fast import DenseLinear, LlamaStack, architecture, attention_mask, is_supported, llama_forward
 
 __all__ = ["HFModel"]
 
@@ -62,7 +62,7 @@ class HFModel:
     Args:
         model: an `AutoModelForCausalLM` instance (standard or grouped-query attention).
         dtype: convert the model to this dtype in place (default: keep its own).
-        fast: use the Llama fast path (default: when the model is a Llama).
+        fast: use the fast path (default: when the architecture is in `_fast.ARCHITECTURES`).
         vocab_size: pad (with -inf) or truncate the logits to this V, for a draft
             model whose embedding rows are padded (see `compat.check_compatible`).
     """
@@ -74,13 +74,13 @@ class HFModel:
                             f"got {type(model).__name__}")
         if dtype is not None and next(model.parameters()).dtype != dtype:
             model.to(dtype=dtype)
-        if fast and not is_llama(model):
-            raise ValueError(f"fast: the fast path needs a LlamaForCausalLM, got {type(model).__name__}")
+        if fast:
+            architecture(model)  # raises, naming the supported architectures
         self.module = model.eval()
         first = next(model.parameters())
         self.dtype, self.device = first.dtype, first.device
         self.layers, self.kv_heads, self.head_dim = _kv_shape(model.config)
-        self.stack = LlamaStack.of(model) if (is_llama(model) if fast is None else fast) else None
+        self.stack = LlamaStack.of(model) if (is_supported(model) if fast is None else fast) else None
         self.own_vocab = int(model.config.vocab_size)
         self.vocab = self.own_vocab if vocab_size is None else int(vocab_size)
         self._slots = torch.arange(1 << 16, device=self.device)  # key positions, sliced to C
@@ -99,7 +99,7 @@ class HFModel:
             linear: replaces every linear (e.g. by an int8 one); None keeps them.
         """
         if self.stack is None:
-            raise ValueError(f"derive: needs the Llama fast path, got a {type(self.module).__name__}")
+            raise ValueError(f"derive: needs the fast path, got a {type(self.module).__name__}")
         if num_layers is not None and not 1 <= num_layers <= len(self.stack.layers):
             raise ValueError(f"num_layers: expected an int in [1, {len(self.stack.layers)}], "
                              f"got {num_layers!r}")
@@ -153,7 +153,8 @@ class HFModel:
         width = tokens.shape[1]
         with torch.inference_mode():
             positions = cache.lengths[:, None] + self._slots[:width]  # [B, T]
-            mask = (self._slots[: cache.capacity] <= positions[:, :, None])[:, None]  # [B, 1, T, C]
+            window = None if self.stack is None else self.stack.window
+            mask = attention_mask(self._slots[: cache.capacity], positions, window)  # [B, 1, T, C]
             if self.stack is not None:
                 logits = llama_forward(self.stack, tokens, positions, mask, cache.buffers)
             else:
