@@ -1,4 +1,4 @@
-"""The real-model CLI: option parsing, config precedence, errors, generate and bench end to end."""
+"""The real-model CLI: option parsing, config precedence, errors, generate, bench and check end to end."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specsample.cli import _models, build_parser, main
+from specsample import bench
+from specsample.cli import build_parser, main
+from specsample.cli.options import config_from_args
 from specsample.config import ENV_PREFIX
 
 
@@ -20,7 +22,7 @@ def test_options_parse() -> None:
     args = _parse("--k", "adaptive", "--temperature", "0.5", "--top-p", "0.9", "--draft", "lookup",
                   "--device", "cpu", "--max-new-tokens", "7", "--prompt", "Bye")
     assert args.k == "adaptive" and args.temperature == 0.5 and args.top_p == 0.9
-    assert args.draft == "lookup" and args.target == "smollm2" and args.max_new_tokens == 7
+    assert args.draft == "lookup" and args.target is None and args.max_new_tokens == 7
     assert args.prompt == ["Hi", "Bye"]
     assert _parse("--k", "3").k == 3
     unset = _parse()
@@ -46,7 +48,7 @@ def test_config_precedence_cli_beats_toml_beats_env(tmp_path: Path) -> None:
     toml.write_text('backend = "reference"\nk = 3\ntemperature = 0.5\n[options]\ndevice = "cpu"\n')
     env = {f"{ENV_PREFIX}TEMPERATURE": "0.3", f"{ENV_PREFIX}K": "2", f"{ENV_PREFIX}SEED": "7",
            f"{ENV_PREFIX}BACKEND": "static-cpu"}
-    config = _models.config_from_args(_parse("--config", str(toml), "--temperature", "0.9",
+    config = config_from_args(_parse("--config", str(toml), "--temperature", "0.9",
                                              "--dtype", "bfloat16"), environ=env)
     assert config.temperature == 0.9  # CLI beats TOML
     assert config.k == 3 and config.backend == "reference"  # TOML beats env
@@ -55,17 +57,19 @@ def test_config_precedence_cli_beats_toml_beats_env(tmp_path: Path) -> None:
 
 
 def test_backend_default_is_torch_below_env() -> None:
-    assert _models.config_from_args(_parse(), environ={}).backend == "torch"
+    config = config_from_args(_parse(), environ={})
+    assert (config.backend, config.target, config.draft) == ("torch", "smollm2", "int8")
     env = {f"{ENV_PREFIX}BACKEND": "reference"}
-    assert _models.config_from_args(_parse(), environ=env).backend == "reference"
-    assert _models.config_from_args(_parse("--backend", "torch"), environ=env).backend == "torch"
+    config = config_from_args(_parse(), environ=env)
+    assert (config.backend, config.target, config.draft) == ("reference", None, None)  # its toy models
+    assert config_from_args(_parse("--backend", "torch"), environ=env).backend == "torch"
 
 
 def test_cost_ratio_is_not_passed_to_the_backend(tmp_path: Path) -> None:
     toml = tmp_path / "run.toml"
     toml.write_text('[options]\ncost_ratio = 0.2\ndevice = "cpu"\n')
-    config = _models.config_from_args(_parse("--config", str(toml)), environ={})
-    assert _models.backend_options(config) == {"device": "cpu"}
+    config = config_from_args(_parse("--config", str(toml)), environ={})
+    assert config.backend_options() == {"device": "cpu"}
     assert config.options["cost_ratio"] == 0.2
 
 
@@ -84,13 +88,13 @@ def test_missing_model_file_is_named(capsys: pytest.CaptureFixture[str], tmp_pat
 
 def test_bad_bench_sizes_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "models", "--prompts", "99"]) == 2
-    assert "--prompts" in capsys.readouterr().err
+    assert "prompts: expected 1 to 9, got 99" in capsys.readouterr().err
     assert main(["bench", "models", "--temperatures", "hot"]) == 2
     assert "--temperatures" in capsys.readouterr().err
 
 
 def test_prompts_are_mixed_and_tagged() -> None:
-    tags = [tag for tag, _ in _models.PROMPTS]
+    tags = [tag for tag, _ in bench.PROMPTS]
     assert len(tags) >= 8 and set(tags) == {"open", "grounded"}
     assert set(tags[:2]) == {"open", "grounded"}  # --prompts 2 already mixes
 
@@ -124,38 +128,6 @@ def test_generate_streams_text_and_metrics(capsys: pytest.CaptureFixture[str]) -
     for word in ("acceptance rate", "alpha", "tokens/round", "rounds", "tokens/s",
                  "predicted speedup"):
         assert word in out
-
-
-def test_efficiency_compares_rates_over_the_same_workload() -> None:
-    """Thm 3.8 predicts a ratio of rates, so efficiency divides all tokens over all seconds,
-    not the median run (which, for a mix of prompts, is whichever prompt is in the middle)."""
-    from specsample.metrics import Metrics, tally
-
-    def run(method: str, family: str, prompt: int, seconds: float,
-            metrics: Metrics | None) -> dict[str, object]:
-        return {"family": family, "method": method, "k": None if metrics is None else 3,
-                "temperature": 0.0, "prompt": prompt, "tag": "open" if prompt < 2 else "grounded",
-                "repeat": 0, "new_tokens": 60, "seconds": seconds, "tokens_per_s": 60 / seconds,
-                "metrics": None if metrics is None else metrics.as_dict()}
-
-    copy = tally(Metrics(), k=3, accepted=[3], emitted=[4], active=[True], elapsed_s=1.0)
-    miss = tally(Metrics(), k=3, accepted=[0], emitted=[1], active=[True], elapsed_s=1.0)
-    runs = [run("plain_ours", "plain", p, 4.0, None) for p in range(3)]
-    runs += [run("specsample", "specsample", 0, 4.4, miss), run("specsample", "specsample", 1, 4.2, miss),
-             run("specsample", "specsample", 2, 1.2, copy)]
-    spec = next(r for r in _models.summarise(runs, draft="lookup", c=0.0)
-                if r["method"] == "specsample")
-    assert spec["achieved_speedup"] == pytest.approx((60 / 4.2) / 15)  # the median run
-    assert spec["throughput_speedup"] == pytest.approx(12.0 / 9.8)
-    both = _models._merge([copy.as_dict(), miss.as_dict(), miss.as_dict()])
-    assert spec["predicted_speedup"] == pytest.approx(both.predicted_speedup(0.0))
-    assert spec["efficiency"] == pytest.approx(12.0 / 9.8 / both.predicted_speedup(0.0))
-    per_prompt = [4.0 / 4.4 / miss.predicted_speedup(0.0), 4.0 / 4.2 / miss.predicted_speedup(0.0),
-                  4.0 / 1.2 / copy.predicted_speedup(0.0)]
-    assert spec["efficiency_per_prompt"] == {"median": pytest.approx(sorted(per_prompt)[1]),
-                                             "min": pytest.approx(min(per_prompt)), "n_prompts": 3}
-    assert spec["by_tag"]["grounded"]["efficiency"] == pytest.approx(
-        (4.0 / 1.2) / copy.predicted_speedup(0.0))
 
 
 def spec_plain(records: dict[tuple[str, float], dict[str, object]]) -> str:
@@ -245,9 +217,7 @@ def test_check_tree_passes_and_catches_a_broken_rule(tmp_path: Path,
 
 
 def test_greedy_prompts_are_many_and_distinct() -> None:
-    from specsample.cli._measure import greedy_prompts
-
-    prompts = greedy_prompts()
+    prompts = bench.greedy_prompts()
     assert len(prompts) >= 20 and len(set(prompts)) == len(prompts)
 
 
@@ -264,28 +234,18 @@ def test_bench_greedy_compares_token_for_token(tmp_path: Path) -> None:
     for record in payload["records"]:
         assert record["tokens"] == 8
         assert record["equal"] == (record["first_difference"] is None)
-    assert main(["bench", "greedy", "--prompts", "99"]) == 2
-
-
-def test_metrics_merge_over_runs() -> None:
-    from specsample.metrics import Metrics, tally
-
-    a = tally(Metrics(), k=3, accepted=[1, 3], emitted=[2, 4], active=[True, True], elapsed_s=1.0)
-    b = tally(Metrics(), k=2, accepted=[0], emitted=[1], active=[True], elapsed_s=0.5)
-    total = _models._merge([a.as_dict(), b.as_dict()])
-    assert (total.rounds, total.row_rounds, total.drafted, total.accepted, total.emitted) == (2, 3, 8, 4, 7)
-    assert total.histogram == (1, 1, 0, 1) and total.k_counts == (0, 0, 1, 1)
+    assert main(["bench", "greedy", "--prompts", "99"]) == 2  # before any model loads
 
 
 def test_check_projects_tokens_onto_the_top_outcomes() -> None:
     import numpy as np
 
-    from specsample.cli._check import _project, _top_outcomes
+    from specsample.cli._check import project, top_outcomes
 
     exact = np.array([0.1, 0.5, 0.0, 0.3, 0.1])
-    top, law = _top_outcomes(exact, 3)
+    top, law = top_outcomes(exact, 3)
     assert top.tolist() == [1, 3] and np.allclose(law, [0.5, 0.3, 0.2])
-    assert _project(np.array([1, 3, 0, 4, 1]), top).tolist() == [0, 1, 2, 2, 0]
+    assert project(np.array([1, 3, 0, 4, 1]), top).tolist() == [0, 1, 2, 2, 0]
 
 
 def test_check_rejects_bad_arguments(capsys) -> None:  # type: ignore[no-untyped-def]

@@ -6,7 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from specsample_backends.static.backend import DTYPES, StaticBackend, engine_options
+from specsample_backends.static.backend import StaticBackend, engine_options
+from specsample_backends.torch.dtypes import dtype_option
 from torch import Tensor, nn
 
 __all__ = ["CudaGraphCapture", "create"]
@@ -71,8 +72,6 @@ def create(options: Mapping[str, object]) -> StaticBackend:
     device = torch.device(str(options.get("device", "cuda")))
     if device.type != "cuda":
         raise ValueError(f"device: expected a CUDA device such as 'cuda:0', got {device}")
-    name = options.get("dtype", "bfloat16")
-    if name not in DTYPES:
-        raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {name!r}")
-    return StaticBackend(name="cuda", device=device, dtype=DTYPES[str(name)], capture=CudaGraphCapture(),
+    dtype = dtype_option(options.get("dtype", "bfloat16"))
+    return StaticBackend(name="cuda", device=device, dtype=dtype, capture=CudaGraphCapture(),
                          options=engine_options(options, OPTIONS))

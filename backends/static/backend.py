@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from specsample_backends.torch import DEFAULT_DRAFT, DEFAULT_TARGET, loading
 from specsample_backends.torch._fast import ARCHITECTURES
+from specsample_backends.torch.dtypes import DTYPES, dtype_option
 from specsample_backends.torch.model import HFModel
 from torch import Tensor, nn
 
@@ -19,9 +20,8 @@ from specsample.options import RunOptions
 from .engine import Capture, Engine, EngineOptions, static_stack
 from .pieces import RULES
 
-__all__ = ["CompileCapture", "StaticBackend", "create_cpu", "engine_options"]
+__all__ = ["DTYPES", "CompileCapture", "StaticBackend", "create_cpu", "engine_options"]
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 OPTIONS = ("buckets", "dtype", "sync_every", "ks", "prefill_chunk", "strict", "pieces", "cpp_wrapper")
 
 
@@ -85,13 +85,6 @@ def engine_options(options: Mapping[str, object], known: Sequence[str]) -> Engin
         if name in options:
             values[name] = options[name]
     return EngineOptions(**values)
-
-
-def _dtype(options: Mapping[str, object], default: str) -> torch.dtype:
-    name = options.get("dtype", default)
-    if name not in DTYPES:
-        raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {name!r}")
-    return DTYPES[str(name)]
 
 
 class StaticBackend(CoreBackend):
@@ -195,5 +188,6 @@ def create_cpu(options: Mapping[str, object]) -> StaticBackend:
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise ValueError(f"{name}: expected a bool, got {value!r}")
-    return StaticBackend(name="static-cpu", device=torch.device("cpu"), dtype=_dtype(options, "float32"),
+    return StaticBackend(name="static-cpu", device=torch.device("cpu"),
+                         dtype=dtype_option(options.get("dtype", "float32")),
                          capture=CompileCapture(**flags), options=engine_options(options, OPTIONS))

@@ -11,11 +11,10 @@ from specsample.backend import CoreBackend
 from specsample.protocols import Drafter
 
 from . import loading
+from .dtypes import DTYPES, dtype_option
 from .model import HFModel
 
-__all__ = ["HFModel", "TorchBackend", "create"]
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+__all__ = ["DTYPES", "HFModel", "TorchBackend", "create", "dtype_option"]
 _OPTIONS = ("device", "dtype")
 
 
@@ -74,7 +73,5 @@ def create(options: Mapping[str, object]) -> TorchBackend:
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
         raise ValueError(f"options: unknown {unknown} for the torch backend; known: {list(_OPTIONS)}")
-    dtype = options.get("dtype", "float32")
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype: expected one of {list(_DTYPES)}, got {dtype!r}")
-    return TorchBackend(device=_device(options.get("device", "cpu")), dtype=_DTYPES[str(dtype)])
+    return TorchBackend(device=_device(options.get("device", "cpu")),
+                        dtype=dtype_option(options.get("dtype", "float32")))

@@ -11,10 +11,11 @@ from torch import Tensor, nn
 from ._fast import DenseLinear
 from .model import HFModel
 
-__all__ = ["Int8Linear", "int8_draft"]
+__all__ = ["Int8Linear", "int8_draft", "quantize"]
 
 
-def _quantize(module: nn.Module) -> nn.Module:
+def quantize(module: nn.Module) -> nn.Module:
+    """A copy of `module` with its `nn.Linear`s as dynamic int8 linears (fbgemm, CPU, float32)."""
     # torch.ao.quantization is deprecated in favour of torchao but still ships
     # the fbgemm dynamic int8 GEMM, which is what makes the draft fast on CPU.
     with warnings.catch_warnings():
@@ -33,7 +34,7 @@ class Int8Linear:
             linear.weight.copy_(dense.weight.float())
             if dense.bias is not None:
                 linear.bias.copy_(dense.bias.float())
-        self.module = _quantize(nn.Sequential(linear))[0]
+        self.module = quantize(nn.Sequential(linear))[0]
 
     def __call__(self, x: Tensor) -> Tensor:
         """x [B, T, D] -> [B, T, N] in x's dtype."""
@@ -50,5 +51,5 @@ def int8_draft(target: HFModel) -> HFModel:
         raise ValueError(f"target: the int8 draft runs on CPU, got a model on {target.device}")
     if target.stack is not None:
         return target.derive(linear=Int8Linear)
-    return HFModel(_quantize(copy.deepcopy(target.module).float()), fast=False,
+    return HFModel(quantize(copy.deepcopy(target.module).float()), fast=False,
                    vocab_size=target.vocab_size)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from specsample.cli import _bench, _check, _demo, _models
+from specsample.cli import _bench, _check, _demo, _generate
 
 __all__ = ["main"]
 
@@ -16,7 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specsample", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _demo.add_parser(sub)
-    _models.add_parser(sub)
+    _generate.add_parser(sub)
     _bench.add_parser(sub)
     _check.add_parser(sub)
     return parser

@@ -1,101 +1,207 @@
-"""`specsample bench`: the core micro-benchmark, and the model benchmark."""
+"""`specsample bench`: parse, call `specsample.bench`, print the tables."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
+from specsample import bench
 from specsample.benchcore import WARPS, bench_verify, bench_warp
+from specsample.cli._progress import Bars
+from specsample.cli.options import SAMPLING, add_model_options, config_from_args, refuse_unused
+from specsample.runner import Runner, load
+
+__all__ = ["add_parser", "models_table", "run_models", "show_models"]
+
+_MODEL = {"backend", "config", "target", "draft", "k", "seed", "max_new_tokens", "device", "dtype"}
+USED: dict[str, set[str]] = {
+    "core": {"json", "repeats", "vocab"},
+    "models": _MODEL | set(SAMPLING[1:]) | {"json", "repeats", "prompts", "temperatures", "versus",
+                                            "skip_hf"},
+    "batch": _MODEL | {"json"},
+    "memory": _MODEL | set(SAMPLING) | {"json"},
+    "greedy": _MODEL | {"json", "prompts"},
+}
+HINTS = {"temperature": "`bench models` takes --temperatures; batch and greedy are greedy",
+         "top_k": "batch and greedy are greedy", "top_p": "batch and greedy are greedy",
+         "min_p": "batch and greedy are greedy"}
 
 
 def add_parser(sub: Any) -> None:
     """Register the `bench` subcommand."""
     parser = sub.add_parser("bench", help="benchmarks (JSON results)")
-    parser.add_argument("what", nargs="?", default="models",
-                        choices=["models", "core", "batch", "memory", "greedy"],
+    parser.add_argument("what", nargs="?", default="models", choices=list(USED),
                         help="'models': end-to-end against peers (default); 'core': verify and warp alone; "
                              "'batch': 8 ragged rows vs batch 1 (greedy); 'memory': a long "
                              "generation; 'greedy': speculative vs plain greedy on 22 prompts")
     parser.add_argument("--json", type=Path, default=None, help="write the records here")
     parser.add_argument("--repeats", type=int, default=None,
                         help="repetitions (default: 30 for core, 3 for models)")
-    parser.add_argument("--vocab", type=int, default=49152)
+    parser.add_argument("--vocab", type=int, default=None, help="core: vocabulary size (default 49152)")
+    add_model_options(parser)
+    parser.add_argument("--temperatures", default=None,
+                        help="comma-separated settings (models; default 0,0.7; 0 = greedy)")
+    parser.add_argument("--prompts", type=int, default=None,
+                        help=f"use the first N built-in prompts (models: default all {len(bench.PROMPTS)}; "
+                             f"greedy: default all {len(bench.greedy_prompts())})")
+    parser.add_argument("--versus", default=None, metavar="BACKEND",
+                        help="also run specsample on this backend (e.g. torch, to rate static-cpu "
+                             "against eager): record 'specsample@BACKEND' and ratio_vs_versus")
+    parser.add_argument("--skip-hf", action="store_true",
+                        help="leave out transformers' plain and assisted generation")
     parser.set_defaults(run=run)
-    _add_model_options(parser)
-
-
-def _add_model_options(parser: argparse.ArgumentParser) -> None:
-    try:
-        from specsample.cli import _models
-    except ImportError:  # pragma: no cover
-        return
-    _models.add_bench_options(parser)
+    parser.set_defaults(defaults=vars(parser.parse_args([])))
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the chosen benchmark and write JSON."""
-    if args.what in ("models", "batch", "memory", "greedy"):
-        from specsample.cli import _measure, _models
+    """Run the chosen benchmark, print its table and write JSON."""
+    refuse_unused(args, args.defaults, USED[args.what], f"bench {args.what}", HINTS)
+    if args.what == "core":
+        return _core(args)
+    if args.what == "models":
+        return run_models(args, temperatures=_temperatures(args.temperatures))
+    plan = bench.GreedyPlan(**_given(args, "prompts", "max_new_tokens")) if args.what == "greedy" \
+        else None  # bad sizes fail before the models load
+    runner = load(config_from_args(args))
+    settings = _settings(runner)
+    if plan is not None:
+        return _greedy(runner, plan, args.json, settings)
+    if args.what == "batch":
+        return _batch(runner, args.max_new_tokens, args.json, settings)
+    return _memory(runner, args.max_new_tokens, args.json, settings)
 
-        if args.what == "models":
-            return int(_models.bench(args))
-        if args.what == "greedy":
-            _measure.greedy_sizes(args)  # bad sizes fail before the models load
-        measure = {"batch": _measure.batch, "memory": _measure.memory,
-                   "greedy": _measure.greedy}[args.what]
-        return measure(args, _models.load(args))
+
+def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+
+
+def _settings(runner: Runner) -> dict[str, Any]:
+    """The run's settings as the loaded models and config have them (recorded in the JSON)."""
+    config = runner.config
+    return {"backend": config.backend, "options": dict(config.options), "target": config.target,
+            "draft": config.draft, "k": config.k, "temperature": config.temperature, "top_k": config.top_k,
+            "top_p": config.top_p, "min_p": config.min_p, "seed": config.seed,
+            "device": str(getattr(runner.target, "device", None)),
+            "dtype": str(getattr(runner.target, "dtype", None))}
+
+
+def _write(path: Path | None, payload: Mapping[str, object]) -> None:
+    if path is not None:
+        print(f"wrote {bench.write_json(path, {**payload, 'machine': bench.machine()})}")
+
+
+def _core(args: argparse.Namespace) -> int:
     repeats = 30 if args.repeats is None else args.repeats
     if repeats < 1:
         raise ValueError(f"--repeats: expected >= 1, got {repeats}")
-    settings = 3 * 3 * 2 + 3 * 3
-    bar = tqdm(total=settings, desc="verify, warp")
-
-    def progress(label: str) -> None:
-        bar.set_postfix_str(label)
-        bar.update(1)
-
-    records = bench_verify(vocab=args.vocab, repeats=repeats, progress=progress)
-    warps = bench_warp(vocab=args.vocab, repeats=repeats, progress=progress)
-    bar.close()
+    bars = Bars()
+    bars.stage("verify, warp", 3 * 3 * 2 + 3 * 3, "it")
+    vocab = 49152 if args.vocab is None else args.vocab
+    records = bench_verify(vocab=vocab, repeats=repeats, progress=lambda label: bars.advance(1, label))
+    warps = bench_warp(vocab=vocab, repeats=repeats, progress=lambda label: bars.advance(1, label))
+    bars.end()
     print(f"{'library':<15}{'B':>4}{'K':>4}{'median ms':>12}{'p90 ms':>10}")
     for r in records:
         print(f"{r['library']:<15}{r['batch']:>4}{r['k']:>4}{r['median_ms']:>12.3f}{r['p90_ms']:>10.3f}")
-    print(f"\nwarp [B, {warps[0]['rows']}, {args.vocab}], median ms")
+    print(f"\nwarp [B, {warps[0]['rows']}, {vocab}], median ms")
     print(f"{'library':<15}{'B':>4}" + "".join(f"{name:>13}" for name in WARPS))
     for i in range(0, len(warps), len(WARPS)):
         row = warps[i : i + len(WARPS)]
         times = "".join(f"{r['median_ms']:>13.3f}" for r in row)
         print(f"{row[0]['library']:<15}{row[0]['batch']:>4}{times}")
-    write_json(args.json, {"benchmark": "core-verify", "machine": machine(), "records": records,
-                           "warp_records": warps})
+    _write(args.json, {"benchmark": "core-verify", "records": records, "warp_records": warps})
     return 0
 
 
-def machine() -> dict[str, object]:
-    """Where a benchmark ran."""
-    import os
-
-    info: dict[str, object] = {"python": platform.python_version(), "cpu": platform.processor(),
-                               "cores": os.cpu_count()}
+def _temperatures(text: str | None) -> tuple[float, ...]:
+    if text is None:
+        return bench.ModelsPlan().temperatures
     try:
-        import torch
+        values = tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError as err:
+        raise ValueError(f"--temperatures: expected comma-separated numbers, got {text!r}") from err
+    if not values or any(t < 0 for t in values):
+        raise ValueError(f"--temperatures: expected numbers >= 0, got {text!r}")
+    return values
 
-        info["torch"] = torch.__version__
-        info["torch_threads"] = torch.get_num_threads()
-    except ImportError:
-        pass
-    return info
+
+def run_models(args: argparse.Namespace, *, temperatures: Sequence[float]) -> int:
+    """`bench models`: the plan from the options (checked before any model loads), then the run."""
+    values = {"prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
+    plan = bench.ModelsPlan(**{k: v for k, v in values.items() if v is not None},
+                            temperatures=tuple(temperatures), versus=args.versus, with_hf=not args.skip_hf)
+    path = Path("results/bench.json") if args.json is None else args.json
+    return show_models(load(config_from_args(args)), plan, path=path)
 
 
-def write_json(path: Path | None, payload: dict[str, object]) -> None:
-    """Write `payload` as JSON if a path was given."""
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2))
-    print(f"wrote {path}")
+def show_models(runner: Runner, plan: bench.ModelsPlan, *, path: Path) -> int:
+    """Run `bench.models`, write its JSON and plots, print the table."""
+    report = bench.models(runner, plan, progress=Bars())
+    paths = bench.write_models(report, path)
+    print(f"wrote {', '.join(str(p) for p in paths)}")
+    models_table(report.records)
+    graphs = report.settings["compiled_graphs_after_warmup"], report.settings["compiled_graphs_at_end"]
+    if graphs[0] is not None and graphs[1] is not None:
+        print(f"torch.compile graphs: {graphs[0]} after warm-up, {graphs[1]} at the end "
+              f"({graphs[1] - graphs[0]} compiled during the timed runs)")
+    return 0
+
+
+def _fmt(value: Any, width: int, spec: str) -> str:
+    return "-".rjust(width) if value is None else format(value, f">{width}{spec}")
+
+
+def models_table(records: Sequence[Mapping[str, Any]]) -> None:
+    """Print one line per (method, setting)."""
+    versus = any(r.get("ratio_vs_versus") is not None for r in records)
+    print(f"{'method':<18}{'T':>5}{'k':>11}{'tok/s':>8}{'speedup':>9}{'tput':>7}{'pred':>7}{'eff':>6}"
+          f"{'alpha':>7}{'vs HF':>7}" + (f"{'vs @':>7}" if versus else "") + "  variant")
+    for r in records:
+        print(f"{r['method']:<18}{r['temperature']:>5g}{r['k']!s:>11}{r['tokens_per_s']:>8.1f}"
+              f"{r['achieved_speedup']:>8.2f}x{r['throughput_speedup']:>6.2f}x"
+              f"{_fmt(r['predicted_speedup'], 7, '.2f')}"
+              f"{_fmt(r['efficiency'], 6, '.2f')}{_fmt(r['alpha'], 7, '.3f')}"
+              f"{_fmt(r['ratio_vs_hf'], 7, '.2f')}"
+              + (_fmt(r.get("ratio_vs_versus"), 7, ".2f") if versus else "") + f"  {r['variant']}")
+
+
+def _batch(runner: Runner, max_new: int | None, path: Path | None, settings: dict[str, Any]) -> int:
+    n = 64 if max_new is None else max_new
+    record = bench.batch(runner, max_new_tokens=n, progress=Bars())
+    record["draft"] = settings["draft"]
+    print(f"greedy, {record['rows']} ragged prompts x {n} tokens: rows equal to batch 1: "
+          f"{record['rows_equal']}/{record['rows']}; batch {record['tokens_per_s_batch']:.1f} tok/s vs "
+          f"batch 1 {record['tokens_per_s_batch1']:.1f} tok/s = {record['throughput_ratio']:.2f}x")
+    _write(path, {"benchmark": "batch", "settings": {**settings, "max_new_tokens": n}, "records": [record]})
+    return 0 if record["rows_equal"] == record["rows"] else 1
+
+
+def _memory(runner: Runner, max_new: int | None, path: Path | None, settings: dict[str, Any]) -> int:
+    n = 4000 if max_new is None else max_new
+    r = bench.memory(runner, max_new_tokens=n, progress=Bars())
+    print(f"{r['tokens']} tokens: resident memory after warm-up {r['rss_mib_min_after_warmup']:.0f}-"
+          f"{r['rss_mib_max_after_warmup']:.0f} MiB (growth {r['growth_mib']:.1f} MiB), peak "
+          f"{r['peak_rss_mib']:.0f} MiB")
+    _write(path, {"benchmark": "memory", "settings": {**settings, "max_new_tokens": n}, "records": [r]})
+    return 0 if r["growth_mib"] < bench.MEMORY_GROWTH_MIB else 1
+
+
+def _greedy(runner: Runner, plan: bench.GreedyPlan, path: Path | None,
+            settings: dict[str, Any]) -> int:
+    report = bench.greedy(runner, plan, progress=Bars(prefix=f"{settings['draft']}: "))
+    n, config = plan.max_new_tokens, runner.config
+    print(f"greedy, draft {settings['draft']}, K={config.k}, {n} tokens: {report.equal}/"
+          f"{len(report.records)} prompts equal token for token; {report.near_ties} near-tie "
+          f"differences (top-2 gap < {plan.tie_gap}); {report.other} other differences")
+    for r in report.records:
+        if not r["equal"]:
+            print(f"  at token {r['first_difference']}: plain {r['plain_token']} vs spec "
+                  f"{r['spec_token']}, top-2 gap {r['top2_gap']:.2e}: {r['prompt']!r}")
+    _write(path, {"benchmark": "greedy",
+                  "settings": {**settings, "max_new_tokens": n, "prompts": plan.prompts},
+                  "draft": settings["draft"], "k": config.k, "backend": config.backend, "max_new_tokens": n,
+                  "tie_gap": plan.tie_gap, "equal": report.equal, "near_ties": report.near_ties,
+                  "other": report.other, "records": report.records})
+    return 0 if report.other == 0 else 1

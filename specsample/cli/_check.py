@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -11,16 +10,12 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from specsample.cli._models import (
-    Loaded,
-    _runner,
-    add_model_options,
-    config_from_args,
-    load,
-    next_logits,
-)
-from specsample.generate import generate, generate_plain
+from specsample.backend import CoreBackend
+from specsample.bench import next_logits
+from specsample.cli.options import add_model_options, config_from_args, sampling_given
+from specsample.config import Config
 from specsample.params import SamplingParams
+from specsample.runner import Runner, load
 from specsample.testing import (
     FitResult,
     HomogeneityResult,
@@ -34,7 +29,9 @@ from specsample.verify import verify
 from specsample.warp import warp
 
 PROMPT = "The best thing about summer is"  # a first token with spread at T=1 and under top-p 0.9
+# The built-in pair, checked when no sampling option is given (by flag, config file or environment).
 SETTINGS = {"t1.0": SamplingParams(temperature=1.0), "t0.7-p0.9": SamplingParams(temperature=0.7, top_p=0.9)}
+ROWS = 200
 
 
 def add_parser(sub: Any) -> None:
@@ -51,9 +48,11 @@ def add_parser(sub: Any) -> None:
                              "with the tree sampler, 2000 with the engine)")
     parser.add_argument("--tv", type=float, default=0.02,
                         help="the TV distance the default --n detects (miss rate <= --alpha)")
-    parser.add_argument("--rows", type=int, default=200, help="rows per generate call (engine)")
-    parser.add_argument("--settings", default=",".join(SETTINGS),
-                        help=f"comma-separated, from {sorted(SETTINGS)}")
+    parser.add_argument("--rows", type=int, default=None,
+                        help=f"rows per generate call (engine; default {ROWS})")
+    parser.add_argument("--settings", default=None,
+                        help=f"comma-separated, from {sorted(SETTINGS)} (default: both, unless "
+                             f"--temperature/--top-k/--top-p/--min-p or the config set one)")
     parser.add_argument("--prompt", default=PROMPT, help="the (raw, not chat-formatted) prompt")
     parser.add_argument("--alpha", type=float, default=1e-3, help="false-failure rate of each test")
     parser.add_argument("--broken", choices=sorted(broken.VERIFIERS), default=None,
@@ -68,11 +67,16 @@ def _draw(fn: Any, n: int, rows: int, bar: tqdm, **kwargs: Any) -> np.ndarray:
     seed = int(kwargs.pop("seed"))
     while sum(len(o) for o in out) < n:
         g = fn(seed=seed, **kwargs)
-        new = np.asarray(g.sequences[:, int(g.prompt_lengths[0]):][:, :3].cpu())
+        new = host(g.sequences[:, int(g.prompt_lengths[0]):][:, :3])
         out.append(new)
         bar.update(len(new))
         seed += 1
     return np.concatenate(out)[:n]
+
+
+def host(x: Any) -> np.ndarray:
+    """A NumPy copy of a NumPy array or a torch tensor on any device."""
+    return np.asarray(x.detach().cpu() if hasattr(x, "detach") else x)
 
 
 def _ids(tokens: np.ndarray) -> np.ndarray:
@@ -82,14 +86,14 @@ def _ids(tokens: np.ndarray) -> np.ndarray:
     return ids
 
 
-def _top_outcomes(exact: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+def top_outcomes(exact: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """The m - 1 most likely tokens and the law of (those tokens, everything else)."""
     top = np.argsort(-exact, kind="stable")[: m - 1]
     law = np.append(exact[top], max(0.0, 1.0 - float(exact[top].sum())))
     return top, law / law.sum()
 
 
-def _project(tokens: np.ndarray, top: np.ndarray) -> np.ndarray:
+def project(tokens: np.ndarray, top: np.ndarray) -> np.ndarray:
     """Outcome i < len(top) for the i-th top token, len(top) for any other token.
 
     A fixed function of the token: equal laws stay equal, so the test stays valid, and
@@ -104,26 +108,23 @@ def _project(tokens: np.ndarray, top: np.ndarray) -> np.ndarray:
 BINS = 8  # outcomes per test: the 7 most frequent and the rest (keeps the TV bound useful)
 
 
-def _engine(loaded: Loaded, args: argparse.Namespace, prompt: Any, params: SamplingParams,
+def _engine(runner: Runner, args: argparse.Namespace, prompt: Any, params: SamplingParams,
             verifier: Any, bar: tqdm) -> tuple[np.ndarray, np.ndarray]:
     """[n, 3] first tokens of speculative and plain generations, through the backend's engine."""
-    config, backend, target, drafter, _ = loaded
-    rows = backend.asarray(np.zeros((min(args.rows, args.n), 1), dtype=np.int64)) + prompt
-    spec_run = _runner(backend, "generate", generate)
-    spec = _draw(spec_run, args.n, len(rows), bar, target=target, drafter=drafter,
-                 input_ids=rows, max_new_tokens=3, params=params, k=config.policy(),
-                 seed=config.seed, **({"verifier": verifier} if spec_run is generate else {}))
-    plain = _draw(generate_plain, args.n, len(rows), bar, target=target, input_ids=rows,
-                  max_new_tokens=3, params=params, seed=config.seed + 10**6)
+    rows = runner.backend.asarray(np.zeros((min(args.rows or ROWS, args.n), 1), dtype=np.int64)) + prompt
+    common = {"prompts": rows, "max_new_tokens": 3, "params": params, "eos_token_id": None}
+    spec = _draw(runner.generate, args.n, len(rows), bar, seed=runner.config.seed,
+                 verifier="token" if args.broken is None else verifier, **common)
+    plain = _draw(runner.generate_plain, args.n, len(rows), bar, seed=runner.config.seed + 10**6, **common)
     return spec, plain
 
 
-def _tree(loaded: Loaded, args: argparse.Namespace, prompt: Any, params: SamplingParams,
+def _tree(runner: Runner, args: argparse.Namespace, prompt: Any, params: SamplingParams,
           verifier: Any, bar: tqdm) -> tuple[np.ndarray, np.ndarray]:
     """[n, 3] first tokens of speculative and plain sampling, each distinct prefix once."""
-    spec, plain, counts = tree_samples(loaded.target, loaded.drafter, prompt, n=args.n,
-                                       k=int(loaded.config.k), params=params,
-                                       seed=loaded.config.seed, verifier=verifier,
+    spec, plain, counts = tree_samples(runner.target, runner.drafter, prompt, n=args.n,
+                                       k=int(runner.config.k), params=params,
+                                       seed=runner.config.seed, verifier=verifier,
                                        lookahead=broken.LOOKAHEAD.get(args.broken or "", 0),
                                        progress=bar.update)
     bar.set_postfix(laws=counts["laws"], forwarded=counts["forwarded"])
@@ -136,10 +137,11 @@ def _constant_k(k: int | str) -> None:
                          f"--sampler engine)")
 
 
-def _mode(args: argparse.Namespace, loaded: Loaded) -> str:
+def _mode(args: argparse.Namespace, runner: Runner) -> str:
     """Pick and validate the sampler for the backend and drafter; fill in the default n."""
-    config, backend, _, drafter, _ = loaded
-    own_engine = _runner(backend, "generate", generate) is not generate
+    config, drafter = runner.config, runner.drafter
+    runs_core: Any = CoreBackend.generate
+    own_engine = type(runner.backend).generate is not runs_core  # e.g. the static engine
     if args.sampler == "auto":
         args.sampler = "engine" if own_engine else "tree"
     rule = "the core's verify" if args.broken is None else f"BROKEN rule {args.broken!r}"
@@ -147,7 +149,10 @@ def _mode(args: argparse.Namespace, loaded: Loaded) -> str:
         _constant_k(config.k)
         if not callable(getattr(drafter, "laws", None)):
             raise ValueError(f"--draft: the tree sampler needs a draft model (int8, early-exit:N "
-                             f"or a model), got {args.draft!r} (or use --sampler engine)")
+                             f"or a model), got {config.draft!r} (or use --sampler engine)")
+        if args.rows is not None:
+            raise ValueError(f"--rows: only the engine sampler draws in calls of rows, got {args.rows} "
+                             f"with the tree sampler (or use --sampler engine)")
         if args.n is None:
             args.n = samples_needed_two_sample(args.tv, m=BINS, alpha=args.alpha, beta=args.alpha)
         return f"tree sampler (exact laws per distinct prefix, {rule})"
@@ -162,68 +167,103 @@ def _mode(args: argparse.Namespace, loaded: Loaded) -> str:
     return f"the core round ({rule})"
 
 
+def label(params: SamplingParams) -> str:
+    """A short name of a sampling setting, e.g. "t0.5-k40-p0.9"."""
+    parts = [f"t{params.temperature:g}"]
+    for key, value in (("k", params.top_k), ("p", params.top_p), ("m", params.min_p)):
+        if value is not None:
+            parts.append(f"{key}{value:g}")
+    return "-".join(parts)
+
+
+def settings(args: argparse.Namespace, config: Config) -> dict[str, SamplingParams]:
+    """The setting the sampling options (or the config) give, else the built-in ones --settings names."""
+    given = sampling_given(args)
+    if given:
+        if args.settings is not None:
+            raise ValueError(f"--settings: give either --settings or sampling options, got --settings "
+                             f"{args.settings!r} and {', '.join(given)} (from the options or the config)")
+        return {label(config.params()): config.params()}
+    names = [s.strip() for s in (args.settings or ",".join(SETTINGS)).split(",") if s.strip()]
+    unknown = sorted(set(names) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"--settings: unknown {unknown}; known: {sorted(SETTINGS)}")
+    return {name: SETTINGS[name] for name in names}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run every setting; exit status 0 when every test passes."""
     if args.n is not None and args.n < 100:
         raise ValueError(f"--n: expected >= 100 samples per method, got {args.n}")
     if not 0 < args.tv <= 1:
         raise ValueError(f"--tv: expected a TV distance in (0, 1], got {args.tv}")
-    names = [s.strip() for s in args.settings.split(",") if s.strip()]
-    unknown = sorted(set(names) - set(SETTINGS))
-    if unknown:
-        raise ValueError(f"--settings: unknown {unknown}; known: {sorted(SETTINGS)}")
+    if args.max_new_tokens is not None:
+        raise ValueError(f"--max-new-tokens: not used by `specsample check` (it tests the first 3 "
+                         f"tokens), got {args.max_new_tokens}")
+    config = config_from_args(args)
+    chosen = settings(args, config)
     if args.sampler == "tree":  # fail before loading models
-        _constant_k(config_from_args(args).k)
-    loaded = load(args)
-    config, backend, target, _, tokenizer = loaded
-    prompt = backend.asarray([tokenizer(args.prompt)["input_ids"]])
+        _constant_k(config.k)
+    runner = load(config)
+    backend, tokenizer = runner.backend, runner.tokenizer
+    prompt = backend.asarray([tokenizer.encode(args.prompt)])  # raw text: no chat template
     verifier = verify if args.broken is None else broken.VERIFIERS[args.broken]
-    mode = _mode(args, loaded)
+    mode = _mode(args, runner)
     if args.n < 100:
         raise ValueError(f"--n: expected >= 100 samples per method, got {args.n} (from --tv "
                          f"{args.tv} and --alpha {args.alpha})")
-    print(f"check: target {args.target}, draft {args.draft}, backend {config.backend}, K={config.k}, "
-          f"{mode}, prompt {args.prompt!r}, n={args.n:,} per method, alpha={args.alpha}")
+    print(f"check: target {config.target or 'default'}, draft {config.draft or 'default'}, "
+          f"backend {config.backend}, K={config.k}, {mode}, prompt {args.prompt!r}, "
+          f"n={args.n:,} per method, alpha={args.alpha}")
     print(f"  two-sample size to detect TV {args.tv} with both error rates <= {args.alpha}: "
           f"{samples_needed_two_sample(args.tv, m=BINS, alpha=args.alpha, beta=args.alpha):,} "
           f"per method ({BINS} outcomes)")
-    draw = _tree if args.sampler == "tree" else _engine
     ok, panels = True, []
-    for name in names:
-        params = dataclasses.replace(SETTINGS[name])
-        bar = tqdm(total=2 * args.n, desc=f"{name}: sampling", unit="seq")
-        began = time.perf_counter()
-        spec, plain = draw(loaded, args, prompt, params, verifier, bar)
-        bar.close()
-        exact = np.asarray(warp(next_logits(target, prompt).double(), params).cpu())
-        top, expected = _top_outcomes(exact, BINS)
-        results: dict[str, FitResult | HomogeneityResult] = {
-            "first token, spec vs exact p (top 7 + rest)": goodness_of_fit(
-                _project(spec[:, 0], top), expected, alpha=args.alpha),
-            "first token, spec vs plain": homogeneity(spec[:, 0], plain[:, 0], alpha=args.alpha,
-                                                      bins=BINS),
-            "first 3 tokens, spec vs plain": homogeneity(_ids(spec), _ids(plain), alpha=args.alpha,
-                                                         bins=BINS),
-        }
-        print(f"{name} ({time.perf_counter() - began:.0f} s):")
-        if float(exact.max()) > 1 - 1e-9:
-            print(f"  note: under {name} the first token after {args.prompt!r} is certain "
-                  f"({tokenizer.decode([int(exact.argmax())])!r}): the first-token tests say "
-                  f"nothing here; the 3-token test does (or choose another --prompt)")
-        for label, result in results.items():
-            ok &= result.passed
-            print(f"  {label}: {result}")
-        print(f"  TV here is between the laws projected on {BINS} outcomes (the 7 most frequent in "
-              f"both samples together, the rest); a test misses a TV >= its 'detects' value with "
-              f"probability <= {2 * args.alpha:.2g} (the split being chosen from the data, the "
-              f"miss bound is approximate; the false-failure bound is exact)")
-        panels.append((name, spec[:, 0], plain[:, 0], exact))
+    for name, params in chosen.items():
+        passed, panel = _one(runner, args, prompt, name, params, verifier)
+        ok &= passed
+        panels.append(panel)
     _plot(panels, args.plot, tokenizer)
     print("check:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 
 
-def _plot(panels: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], path: Path, tokenizer: Any) -> None:
+Panel = tuple[str, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _one(runner: Runner, args: argparse.Namespace, prompt: Any, name: str, params: SamplingParams,
+         verifier: Any) -> tuple[bool, Panel]:
+    """Sample, test and print one setting; (every test passed, the plot's panel)."""
+    draw = _tree if args.sampler == "tree" else _engine
+    bar = tqdm(total=2 * args.n, desc=f"{name}: sampling", unit="seq")
+    began = time.perf_counter()
+    spec, plain = draw(runner, args, prompt, params, verifier, bar)
+    bar.close()
+    logits = next_logits(runner.target, prompt)
+    exact = host(warp(logits.double() if hasattr(logits, "double") else logits.astype(np.float64), params))
+    top, expected = top_outcomes(exact, BINS)
+    results: dict[str, FitResult | HomogeneityResult] = {
+        "first token, spec vs exact p (top 7 + rest)": goodness_of_fit(
+            project(spec[:, 0], top), expected, alpha=args.alpha),
+        "first token, spec vs plain": homogeneity(spec[:, 0], plain[:, 0], alpha=args.alpha, bins=BINS),
+        "first 3 tokens, spec vs plain": homogeneity(_ids(spec), _ids(plain), alpha=args.alpha,
+                                                     bins=BINS),
+    }
+    print(f"{name} ({time.perf_counter() - began:.0f} s): {params}")
+    if float(exact.max()) > 1 - 1e-9:
+        print(f"  note: under {name} the first token after {args.prompt!r} is certain "
+              f"({runner.tokenizer.decode([int(exact.argmax())])!r}): the first-token tests say "
+              f"nothing here; the 3-token test does (or choose another --prompt)")
+    for what, result in results.items():
+        print(f"  {what}: {result}")
+    print(f"  TV here is between the laws projected on {BINS} outcomes (the 7 most frequent in "
+          f"both samples together, the rest); a test misses a TV >= its 'detects' value with "
+          f"probability <= {2 * args.alpha:.2g} (the split being chosen from the data, the "
+          f"miss bound is approximate; the false-failure bound is exact)")
+    return all(r.passed for r in results.values()), (name, spec[:, 0], plain[:, 0], exact)
+
+
+def _plot(panels: list[Panel], path: Path, tokenizer: Any) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

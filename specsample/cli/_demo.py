@@ -1,17 +1,27 @@
-"""`specsample demo --toy`: speculative sampling on toy models whose law is known exactly."""
+"""`specsample demo`: SmolLM2 with its int8 self-draft, or (--toy) toy models whose law is known."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
+import specsample
+from specsample import bench
+from specsample.cli._bench import show_models
+from specsample.cli._generate import generate_text
+from specsample.cli._progress import Bars
+from specsample.cli.options import DEFAULT_DRAFT, DEFAULT_TARGET, load_config
 from specsample.config import Config
 from specsample.generate import iterate
 from specsample.registry import get_backend
 from specsample.testing import autoregressive_law, goodness_of_fit
+
+__all__ = ["add_parser", "model_demo", "toy_demo"]
+
+ROWS = 100_000
 
 
 def add_parser(sub: Any) -> None:
@@ -19,19 +29,34 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser("demo", help="generate, report acceptance and check the law, live")
     parser.add_argument("--toy", action="store_true",
                         help="the reference backend's n-gram models instead of the real model")
-    parser.add_argument("--rows", type=int, default=100_000, help="rows for the law check (toy)")
+    parser.add_argument("--rows", type=int, default=None,
+                        help=f"rows for the law check (toy; default {ROWS})")
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Dispatch: the toy demo here, the real-model demo in the model CLI."""
-    if not args.toy:
-        from specsample.cli import _models
+    """The toy demo, or the real-model demo."""
+    if args.toy:
+        return toy_demo(rows=ROWS if args.rows is None else args.rows, k=args.k, seed=args.seed)
+    if args.rows is not None:
+        raise ValueError(f"--rows: only the toy demo checks a law over rows (add --toy), got {args.rows}")
+    return model_demo(k=args.k, seed=args.seed)
 
-        return _models.demo(args)
-    return toy_demo(rows=args.rows, k=args.k, seed=args.seed)
+
+def model_demo(*, k: int, seed: int) -> int:
+    """The README's first command: SmolLM2-135M with its int8 self-draft, then a short bench."""
+    print(f"specsample demo: SmolLM2-135M-Instruct (target) and its int8 copy (draft), K={k}; "
+          f"loading...")
+    config = load_config(None, {"k": k, "seed": seed, "temperature": 0.7, "target": DEFAULT_TARGET,
+                                "draft": DEFAULT_DRAFT})
+    runner = specsample.load(config)
+    print("two prompts as one ragged batch, T=0.7 (the first streamed):")
+    generate_text(runner, [bench.PROMPTS[0][1], bench.PROMPTS[2][1]], 48, stream=True)
+    print("\nshort benchmark: 2 prompts, 1 repeat, 32 tokens, greedy and T=0.7")
+    plan = bench.ModelsPlan(prompts=2, repeats=1, max_new_tokens=32)
+    return show_models(runner, plan, path=Path("results/demo.json"))
 
 
 def toy_demo(*, rows: int, k: int, seed: int) -> int:
@@ -45,13 +70,14 @@ def toy_demo(*, rows: int, k: int, seed: int) -> int:
     prompt = np.tile(np.array([1, 2]), (rows, 1))
     print(f"target: n-gram, V={target.vocab_size}, order 2; draft: the target mixed 30% with noise; "
           f"K={k}; {rows:,} independent rows, 12 new tokens each")
-    bar = tqdm(total=rows * 12, unit="tok", unit_scale=True, desc="speculative sampling")
+    bars = Bars()
+    bars.stage("speculative sampling", rows * 12, "tok")
     last = None
     for step in iterate(target, drafter, prompt, max_new_tokens=12, k=config.policy(),
                         params=config.params(), seed=config.seed):
-        bar.update(int(step.result.emitted.sum()))
+        bars.advance(int(step.result.emitted.sum()))
         last = step
-    bar.close()
+    bars.end()
     assert last is not None
     m = last.metrics
     print(f"acceptance rate {m.acceptance_rate:.3f}, alpha {m.alpha:.3f}, "

@@ -1,0 +1,87 @@
+"""The draft/target cost ratio c, measured on the models, and the K policy that uses it."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from specsample._array import check_int
+from specsample.cache import rollback
+from specsample.config import Config
+from specsample.params import SamplingParams
+from specsample.policy import KPolicy, k_policy
+from specsample.protocols import Drafter, Model
+from specsample.rng import uniforms
+
+__all__ = ["measure_cost_ratio", "next_logits", "policy_with_cost"]
+
+
+def next_logits(target: Model, prompt: Any) -> Any:
+    """The target's logits [V] for the token after `prompt` [1, T], from a fresh cache."""
+    if len(prompt.shape) != 2 or int(prompt.shape[0]) != 1:
+        raise ValueError(f"prompt: expected ids of shape [1, T], got {list(prompt.shape)}")
+    logits, _ = target.forward(prompt, target.new_cache(1, int(prompt.shape[1]) + 1))
+    return logits[0, -1]
+
+
+def policy_with_cost(config: Config, c: float) -> KPolicy:
+    """The config's K policy; an adaptive one assumes the measured `c` unless cost_ratio is set."""
+    if config.k == "adaptive" and "cost_ratio" not in config.options:
+        return k_policy("adaptive", c=c)
+    return config.policy()
+
+
+def _sync(value: Any) -> None:
+    float(value.reshape(-1)[0])  # a host read: waits for an asynchronous device
+
+
+def _timed(step: Callable[[], None], repeats: int) -> float:
+    step()  # warm-up
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: SamplingParams, *,
+                       repeats: int = 5) -> float:
+    """c: the median time of one draft step over that of one target forward, at batch 1.
+
+    A draft step is `drafter.propose` with K = 1 (a draft forward, warp and sample);
+    the target step is a one-token forward after the prompt. Both write at the
+    same cache position each time (rollback is free), after one warm-up.
+
+    Args:
+        prompt: int64 [1, T] ids, T >= 2, of the backend's array library.
+        repeats: timed calls of each step (>= 1).
+    """
+    check_int("repeats", repeats, 1)
+    if len(prompt.shape) != 2 or int(prompt.shape[0]) != 1:
+        raise ValueError(f"prompt: expected ids of shape [1, T], got {list(prompt.shape)}")
+    width = int(prompt.shape[1])
+    if width < 2:
+        raise ValueError(f"prompt: expected at least 2 tokens to time a step, got {width}")
+    lengths = prompt[:, 0] * 0 + width  # [1] int64, on the prompt's device
+    cache = target.new_cache(1, width + 2)
+    _, cache = target.forward(prompt[:, :-1], cache)
+    cache = rollback(cache, lengths - 1)
+    state = drafter.start(prompt, lengths, width + 2)
+    u = uniforms(0, 0, 1, 1, like=prompt)
+
+    def target_step() -> None:
+        nonlocal cache
+        logits, cache = target.forward(prompt[:, -1:], cache)  # the forward consumes the old cache
+        _sync(logits)
+        cache = rollback(cache, lengths - 1)
+
+    def draft_step() -> None:
+        nonlocal state
+        proposal = drafter.propose(state, prompt, lengths, 1, params, u)
+        _sync(proposal.tokens)
+        state = drafter.advance(proposal.state, lengths)  # nothing committed: back to the prompt
+
+    return _timed(draft_step, repeats) / _timed(target_step, repeats)

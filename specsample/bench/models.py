@@ -1,0 +1,244 @@
+"""`models`: plain decoding, specsample and transformers' assisted generation on the same prompts."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from specsample._array import check_int
+from specsample.bench.cost import measure_cost_ratio
+from specsample.bench.output import compiled_graphs, machine, write_json
+from specsample.bench.peers import HFVariant, hf_generate, hf_module, hf_variants, quiet_transformers
+from specsample.bench.plots import plot_models
+from specsample.bench.progress import NO_PROGRESS, Progress
+from specsample.bench.prompts import PROMPTS
+from specsample.bench.summary import summarise
+from specsample.generate import Generation
+from specsample.metrics import Metrics
+from specsample.params import SamplingParams
+from specsample.runner import Runner, encode_text, load
+
+__all__ = ["Method", "ModelsPlan", "ModelsReport", "methods", "models", "run_all", "write_models"]
+
+RunFn = Callable[[list[int], SamplingParams, int], tuple[int, float, Metrics | None]]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelsPlan:
+    """What `models` runs (validated on construction, before any model loads).
+
+    Attributes:
+        prompts: the first N of `PROMPTS` (default all).
+        max_new_tokens: tokens per run (EOS disabled: equal work for every method).
+        repeats: repetitions of every (setting, prompt, method).
+        temperatures: the settings (0 = greedy); the other sampling knobs come from the config.
+        versus: also run specsample on this backend (record "specsample@NAME").
+        with_hf: include transformers' plain and assisted generation.
+    """
+
+    prompts: int = len(PROMPTS)
+    max_new_tokens: int = 64
+    repeats: int = 3
+    temperatures: tuple[float, ...] = (0.0, 0.7)
+    versus: str | None = None
+    with_hf: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.prompts, bool) or not isinstance(self.prompts, int) or \
+                not 1 <= self.prompts <= len(PROMPTS):
+            raise ValueError(f"prompts: expected 1 to {len(PROMPTS)}, got {self.prompts!r}")
+        check_int("max_new_tokens", self.max_new_tokens, 1)
+        check_int("repeats", self.repeats, 1)
+        temps = tuple(self.temperatures)
+        if not temps or any(isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0
+                            for t in temps):
+            raise ValueError(f"temperatures: expected numbers >= 0, got {self.temperatures!r}")
+        object.__setattr__(self, "temperatures", tuple(float(t) for t in temps))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Method:
+    """A benchmarked variant: `family` is the record it competes for."""
+
+    family: str  # "plain", "specsample", "specsample@BACKEND" or "hf_assisted"
+    name: str
+    k: int | str | None
+    run: RunFn
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelsReport:
+    """The result of `models`: settings, one record per (method, setting), and every run."""
+
+    settings: dict[str, Any]
+    records: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON document: machine, settings, the meaning of each rate, records and runs."""
+        return {
+            "benchmark": "models", "machine": machine(), "settings": self.settings,
+            "tokens_per_s": "median over prompts x repeats of per-run new tokens / wall seconds "
+                            "(one generate call, prefill included); every run generates exactly "
+                            "max_new_tokens (EOS disabled)",
+            "c": "median time of one draft step (propose, K=1) / one target forward, batch 1",
+            "achieved_speedup": "median tokens/s over the faster plain variant's median",
+            "throughput_speedup": "all new tokens / all seconds, over the same for plain",
+            "tokens_per_s_ci95": "95% percentile bootstrap interval of the median tokens/s",
+            "efficiency": "throughput_speedup / predicted_speedup (Thm 3.8 summed over the rounds "
+                          "at each K, from the pooled alpha and c)",
+            "records": self.records, "runs": self.runs}
+
+
+def _ours(runner: Runner, max_new: int, *, plain: bool) -> RunFn:
+    """One generation on the runner's backend engine (EOS off); texts are not decoded (untimed work)."""
+    backend = runner.backend
+
+    def run(ids: list[int], params: SamplingParams, seed: int) -> tuple[int, float, Metrics | None]:
+        began = time.perf_counter()
+        prompt, lengths = runner.encode([ids])
+        options = runner.options(max_new_tokens=max_new, params=params, seed=seed, eos_token_id=None,
+                                 prompt_lengths=lengths)
+        out: Generation
+        if plain:
+            out = backend.generate_plain(runner.target, prompt, options)
+        else:
+            out = backend.generate(runner.target, runner.drafter, prompt, options)
+        seconds = time.perf_counter() - began
+        new = int(out.lengths[0]) - int(out.prompt_lengths[0])
+        return new, seconds, None if plain else out.metrics
+
+    return run
+
+
+def _versus(runner: Runner, name: str, target: str | None, draft: str | None) -> Runner:
+    """The same models and config on another backend (only device, dtype and cost_ratio carried)."""
+    options = {k: v for k, v in runner.config.options.items() if k in ("device", "dtype", "cost_ratio")}
+    return load(dataclasses.replace(runner.config, backend=name, options=options), target=target, draft=draft)
+
+
+def methods(runner: Runner, draft: str | None, max_new_tokens: int, *, versus: Runner | None = None,
+            with_hf: bool = True) -> list[Method]:
+    """Plain decoding (ours, transformers'), specsample, and transformers' assisted generation
+    with the same draft (`draft` names it; None: no assisted peer)."""
+    k = runner.config.k
+    out = [Method(family="plain", name="plain_ours", k=None, run=_ours(runner, max_new_tokens, plain=True)),
+           Method(family="specsample", name="specsample", k=k,
+                  run=_ours(runner, max_new_tokens, plain=False))]
+    if versus is not None:
+        name = f"specsample@{versus.config.backend}"
+        out.append(Method(family=name, name=name, k=k, run=_ours(versus, max_new_tokens, plain=False)))
+    module = hf_module(runner.target) if with_hf else None
+    if module is None:
+        return out
+    pad = runner.pad_id
+
+    def hf(variant: HFVariant | None) -> RunFn:
+        def run(ids: list[int], params: SamplingParams, seed: int) -> tuple[int, float, None]:
+            return (*hf_generate(module, ids, variant, params, max_new_tokens=max_new_tokens,
+                                 seed=seed, pad=pad), None)
+        return run
+
+    out.append(Method(family="plain", name="plain_hf", k=None, run=hf(None)))
+    out += [Method(family="hf_assisted", name=v.name, k=v.k, run=hf(v))
+            for v in (hf_variants(draft, runner.target, runner.drafter, k if isinstance(k, int) else None)
+                      if draft is not None else [])]
+    return out
+
+
+def _rotated(items: list[Method], shift: int) -> list[Method]:
+    shift %= len(items)
+    return items[shift:] + items[:shift]
+
+
+def _warm_up(chosen: list[Method], prompts: Sequence[tuple[str, list[int]]], params: SamplingParams,
+             seed: int, progress: Progress) -> None:
+    """Each method untimed on the shortest and the longest prompt (at the first setting: sampling
+    knobs are graph inputs), so most one-off costs (a static backend's graphs for the smallest
+    and largest bucket, allocator growth) stay out of the timed runs. A bucket between the two,
+    or a K an adaptive policy picks only later, still compiles inside a timed run."""
+    by_length = sorted(prompts, key=lambda p: len(p[1]))
+    warm = [by_length[0], by_length[-1]] if len(by_length) > 1 else by_length
+    progress.stage("warm-up", len(chosen), "method")
+    for method in chosen:
+        for _, ids in warm:
+            method.run(ids, params, seed)
+        progress.advance(1)
+    progress.end()
+
+
+def run_all(runner: Runner, chosen: list[Method], prompts: Sequence[tuple[str, list[int]]],
+            temperatures: Sequence[float], repeats: int, *,
+            progress: Progress = NO_PROGRESS) -> tuple[list[dict[str, Any]], int | None]:
+    """Every (repeat, setting, prompt, method) once, method order rotated per repetition.
+
+    Returns:
+        (the run records, torch.compile's graph count after the warm-up).
+    """
+    config = runner.config
+    _warm_up(chosen, prompts, dataclasses.replace(config.params(), temperature=temperatures[0]),
+             config.seed, progress)
+    graphs = compiled_graphs()
+    runs: list[dict[str, Any]] = []
+    progress.stage("bench", repeats * len(temperatures) * len(prompts) * len(chosen), "run")
+    for rep in range(repeats):
+        for temperature in temperatures:
+            params = dataclasses.replace(config.params(), temperature=temperature)
+            for index, (tag, ids) in enumerate(prompts):
+                for method in _rotated(chosen, rep + index):
+                    new, seconds, metrics = method.run(ids, params, config.seed + rep)
+                    runs.append({"family": method.family, "method": method.name, "k": method.k,
+                                 "temperature": temperature, "prompt": index, "tag": tag,
+                                 "repeat": rep, "new_tokens": new, "seconds": seconds,
+                                 "tokens_per_s": new / seconds,
+                                 "metrics": None if metrics is None else metrics.as_dict()})
+                    progress.advance(1, f"{method.name} T={temperature}")
+    progress.end()
+    return runs, graphs
+
+
+def models(runner: Runner, plan: ModelsPlan, *, target: str | None = None, draft: str | None = None,
+           progress: Progress = NO_PROGRESS) -> ModelsReport:
+    """Plain decoding, specsample and transformers' assisted generation, timed on the same prompts.
+
+    Args:
+        runner: the loaded models (`specsample.load`); runs go to its backend's engine.
+        plan: prompts, tokens, repeats, settings, peers.
+        target, draft: the specs `runner` was loaded with (for `plan.versus`, the
+            transformers peers and the records; default: the config's).
+        progress: receives the warm-up and the timed runs.
+    """
+    if not isinstance(plan, ModelsPlan):
+        raise TypeError(f"plan: expected a ModelsPlan, got {type(plan).__name__}")
+    target = runner.config.target if target is None else target
+    draft = runner.config.draft if draft is None else draft
+    quiet_transformers()
+    prompts = [(tag, encode_text(runner.tokenizer, text)) for tag, text in PROMPTS[:plan.prompts]]
+    c = measure_cost_ratio(runner.target, runner.drafter, runner.backend.asarray([prompts[0][1]]),
+                           runner.config.params())
+    config = runner.config
+    if config.k == "adaptive" and "cost_ratio" not in config.options:
+        runner = dataclasses.replace(runner, config=dataclasses.replace(
+            config, options={**config.options, "cost_ratio": c}))
+    versus = None if plan.versus is None else _versus(runner, plan.versus, target, draft)
+    chosen = methods(runner, draft, plan.max_new_tokens, versus=versus, with_hf=plan.with_hf)
+    runs, warm = run_all(runner, chosen, prompts, plan.temperatures, plan.repeats, progress=progress)
+    settings = {"backend": config.backend, "options": dict(runner.config.options),
+                "target": target, "draft": draft, "k": config.k, "c": c,
+                "max_new_tokens": plan.max_new_tokens, "repeats": plan.repeats, "prompts": plan.prompts,
+                "temperatures": list(plan.temperatures), "versus": plan.versus,
+                "compiled_graphs_after_warmup": warm, "compiled_graphs_at_end": compiled_graphs(),
+                "top_k": config.top_k, "top_p": config.top_p,
+                "min_p": config.min_p, "seed": config.seed, "methods": [m.name for m in chosen]}
+    return ModelsReport(settings=settings, records=summarise(runs, draft=draft, c=c), runs=runs)
+
+
+def write_models(report: ModelsReport, path: str | os.PathLike[str]) -> list[Path]:
+    """The report as JSON at `path` and its two plots beside it; returns [json, png, png]."""
+    if not isinstance(report, ModelsReport):
+        raise TypeError(f"report: expected a ModelsReport, got {type(report).__name__}")
+    return [write_json(path, report.payload()), *plot_models(report.records, path)]

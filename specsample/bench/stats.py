@@ -1,0 +1,103 @@
+"""Statistics of benchmark runs: medians, quantiles, bootstrap intervals, pooled metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from specsample._array import check_int
+from specsample.metrics import Metrics
+
+__all__ = ["best_variant", "bootstrap_interval", "median_rate", "merge_metrics", "quantile", "throughput"]
+
+
+def _values(name: str, values: Sequence[float]) -> list[float]:
+    out = [float(v) for v in values]
+    if not out:
+        raise ValueError(f"{name}: expected at least one value, got none")
+    return out
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile with linear interpolation between order statistics."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"q: expected a value in [0, 1], got {q}")
+    ordered = sorted(_values("values", values))
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def bootstrap_interval(values: Sequence[float], *,
+                       statistic: Callable[[Sequence[float]], float] = statistics.median,
+                       confidence: float = 0.95, resamples: int = 2000,
+                       seed: int = 0) -> tuple[float, float]:
+    """A percentile bootstrap interval of `statistic` over `values` (resampled with replacement).
+
+    Args:
+        values: the observations (e.g. tokens/s of each run).
+        statistic: what is estimated (default: the median).
+        confidence: the interval's nominal coverage, in (0, 1).
+        resamples: bootstrap replicates (>= 1).
+        seed: the resampling key (the interval is reproducible).
+
+    Returns:
+        (low, high). With one value both ends are that value.
+    """
+    data = _values("values", values)
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence: expected a value in (0, 1), got {confidence}")
+    check_int("resamples", resamples, 1)
+    check_int("seed", seed, 0)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(data), size=(resamples, len(data)))
+    stats = [float(statistic([data[i] for i in row])) for row in picks]
+    tail = (1 - confidence) / 2
+    return quantile(stats, tail), quantile(stats, 1 - tail)
+
+
+def median_rate(runs: Sequence[Mapping[str, Any]]) -> float:
+    """The median `tokens_per_s` of run records (NaN when there are none)."""
+    return statistics.median(r["tokens_per_s"] for r in runs) if runs else float("nan")
+
+
+def throughput(runs: Sequence[Mapping[str, Any]]) -> float:
+    """All new tokens over all seconds: the rate whose ratio Thm 3.8 predicts."""
+    seconds = sum(r["seconds"] for r in runs)
+    if seconds <= 0:
+        raise ValueError(f"runs: expected a positive total of seconds, got {seconds}")
+    return float(sum(r["new_tokens"] for r in runs) / seconds)
+
+
+def best_variant(runs: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, float]]:
+    """The fastest variant's name (by median tokens/s) and every variant's median."""
+    if not runs:
+        raise ValueError("runs: expected at least one run record, got none")
+    medians = {name: median_rate([r for r in runs if r["method"] == name])
+               for name in dict.fromkeys(r["method"] for r in runs)}
+    return max(medians, key=lambda n: medians[n]), medians
+
+
+def _add(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    """Elementwise sum of two count vectors of any lengths."""
+    width = max(len(a), len(b))
+    return tuple((a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(width))
+
+
+def merge_metrics(records: Sequence[Mapping[str, Any]]) -> Metrics:
+    """Metrics summed over runs, from `Metrics.as_dict` records."""
+    counts = ("rounds", "row_rounds", "drafted", "accepted", "emitted", "full_rounds", "elapsed_s")
+    total = Metrics()
+    for d in records:
+        missing = sorted(set(counts) - set(d))
+        if missing:
+            raise ValueError(f"records: expected Metrics.as_dict() records, one lacks {missing}")
+        total = dataclasses.replace(total, **{f: getattr(total, f) + d[f] for f in counts},
+                                    histogram=_add(total.histogram, d["histogram"]),
+                                    k_counts=_add(total.k_counts, d["k_counts"]))
+    return total

@@ -1,0 +1,107 @@
+"""One record per (method, setting) from the runs of `models`: rates, speedups, Thm 3.8."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specsample.bench.stats import (
+    best_variant,
+    bootstrap_interval,
+    median_rate,
+    merge_metrics,
+    quantile,
+    throughput,
+)
+
+__all__ = ["summarise"]
+
+
+def _record(family: str, temperature: float, runs: list[dict[str, Any]], *, draft: str | None, c: float,
+            plain: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The summary of one (method, setting); `plain` holds the faster plain variant's runs."""
+    best, medians = best_variant(runs)
+    chosen = [r for r in runs if r["method"] == best]
+    tps = [r["tokens_per_s"] for r in chosen]
+    record: dict[str, Any] = {
+        "method": family, "temperature": temperature, "k": chosen[0]["k"], "draft": draft,
+        "variant": best, "variants_tokens_per_s": medians, "tokens_per_s": statistics.median(tps),
+        "tokens_per_s_ci95": list(bootstrap_interval(tps)),
+        "tokens_per_s_min": min(tps), "tokens_per_s_max": max(tps),
+        "tokens_per_s_q25": quantile(tps, 0.25), "tokens_per_s_q75": quantile(tps, 0.75),
+        "acceptance_rate": None, "alpha": None, "mean_tokens_per_round": None, "c": c,
+        "predicted_speedup": None, "n_runs": len(chosen)}
+    record["achieved_speedup"] = record["tokens_per_s"] / median_rate(plain)
+    record["throughput_speedup"] = throughput(chosen) / throughput(plain)
+    record["by_tag"] = {}
+    for tag in dict.fromkeys(r["tag"] for r in chosen):
+        mine, base = ([r for r in rs if r["tag"] == tag] for rs in (chosen, plain))
+        record["by_tag"][tag] = {"tokens_per_s": median_rate(mine), "n_runs": len(mine),
+                                 "achieved_speedup": median_rate(mine) / median_rate(base),
+                                 "throughput_speedup": throughput(mine) / throughput(base)}
+    if family.startswith("specsample"):
+        _add_acceptance(record, chosen, plain, c)
+    return record
+
+
+def _add_acceptance(record: dict[str, Any], runs: Sequence[Mapping[str, Any]],
+                    plain: Sequence[Mapping[str, Any]], c: float) -> None:
+    """alpha, Thm 3.8's prediction and the efficiency: achieved over predicted speedup.
+
+    The prediction is a ratio of expected rates over the whole workload, so `efficiency`
+    compares it with the measured ratio of rates over the same workload (all tokens over
+    all seconds, against plain decoding on the same prompts and repeats), not with the
+    median run, which for a mix of prompts lands on whichever prompt is in the middle.
+    `efficiency_per_prompt` (median and minimum) applies the theorem to each prompt
+    with that prompt's own alpha and median speedup.
+    """
+    m = merge_metrics([r["metrics"] for r in runs])
+    record.update(acceptance_rate=m.acceptance_rate, alpha=m.alpha,
+                  mean_tokens_per_round=m.mean_tokens_per_round, mean_k=m.mean_k,
+                  histogram=list(m.histogram), predicted_speedup=m.predicted_speedup(c))
+    record["efficiency"] = record["throughput_speedup"] / record["predicted_speedup"]
+    per_prompt = []
+    for index in dict.fromkeys(r["prompt"] for r in runs):
+        mine, base = ([r for r in rs if r["prompt"] == index] for rs in (runs, plain))
+        predicted = merge_metrics([r["metrics"] for r in mine]).predicted_speedup(c)
+        per_prompt.append(median_rate(mine) / median_rate(base) / predicted)
+    record["efficiency_per_prompt"] = {"median": statistics.median(per_prompt),
+                                       "min": min(per_prompt), "n_prompts": len(per_prompt)}
+    for tag, entry in record["by_tag"].items():
+        t = merge_metrics([r["metrics"] for r in runs if r["tag"] == tag])
+        entry.update(alpha=t.alpha, acceptance_rate=t.acceptance_rate,
+                     mean_tokens_per_round=t.mean_tokens_per_round,
+                     predicted_speedup=t.predicted_speedup(c))
+        entry["efficiency"] = entry["throughput_speedup"] / entry["predicted_speedup"]
+
+
+def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float) -> list[dict[str, Any]]:
+    """One record per (method family, temperature), speedups against the faster plain variant.
+
+    Args:
+        runs: run records of `models` (family, method, k, temperature, prompt, tag,
+            new_tokens, seconds, tokens_per_s, metrics); a "plain" family at each temperature.
+        draft: the drafter's name (copied into each record).
+        c: the draft/target cost ratio the predictions use.
+    """
+    records: list[dict[str, Any]] = []
+    for temperature in dict.fromkeys(r["temperature"] for r in runs):
+        at = [dict(r) for r in runs if r["temperature"] == temperature]
+        plain_runs = [r for r in at if r["family"] == "plain"]
+        if not plain_runs:
+            raise ValueError(f"runs: expected plain runs at temperature {temperature}, got none")
+        best, _ = best_variant(plain_runs)
+        fastest = [r for r in plain_runs if r["method"] == best]
+        group = {f: _record(f, temperature, [r for r in at if r["family"] == f], draft=draft, c=c,
+                            plain=fastest)
+                 for f in dict.fromkeys(r["family"] for r in at)}
+        hf = group.get("hf_assisted")
+        versus = next((group[f] for f in group if f.startswith("specsample@")), None)
+        for record in group.values():
+            record["ratio_vs_hf"] = None if hf is None else record["tokens_per_s"] / hf["tokens_per_s"]
+            record["ratio_vs_versus"] = None if versus is None else \
+                record["tokens_per_s"] / versus["tokens_per_s"]
+            record.setdefault("efficiency", None)
+        records += group.values()
+    return records

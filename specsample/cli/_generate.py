@@ -1,0 +1,86 @@
+"""`specsample generate`: speculative sampling on a real model, row 0 streamed as text."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from specsample.bench import measure_cost_ratio, policy_with_cost
+from specsample.cli.options import add_model_options, config_from_args
+from specsample.generate import Step
+from specsample.metrics import Metrics
+from specsample.runner import Runner, load
+
+__all__ = ["add_parser", "generate_text"]
+
+
+def add_parser(sub: Any) -> None:
+    """Register the `generate` subcommand."""
+    parser = sub.add_parser("generate", help="speculative sampling on a real model, streamed")
+    parser.add_argument("--prompt", action="append", required=True,
+                        help="a user message (repeat for a ragged batch)")
+    add_model_options(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`specsample generate`: stream one prompt, or run several as one ragged batch."""
+    max_new = 128 if args.max_new_tokens is None else args.max_new_tokens
+    if max_new < 1:
+        raise ValueError(f"--max-new-tokens: expected >= 1, got {max_new}")
+    return generate_text(load(config_from_args(args)), args.prompt, max_new, stream=len(args.prompt) == 1)
+
+
+def _stream(steps: Iterator[Step], tokenizer: Any, prompt_length: int) -> Step:
+    """Print row 0's text as rounds commit it; returns the last step."""
+    printed, text, last = "", "", None
+    for step in steps:
+        ids = [int(t) for t in step.state.tokens[0, prompt_length:int(step.state.lengths[0])]]
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        if text.startswith(printed) and not text.endswith("\ufffd"):  # wait out partial bytes
+            print(text[len(printed):], end="", flush=True)
+            printed = text
+        last = step
+    print(text[len(printed):] if text.startswith(printed) else "")
+    assert last is not None  # max_new_tokens >= 1: at least one round
+    return last
+
+
+def _print_metrics(m: Metrics, *, seconds: float, c: float) -> None:
+    print(f"acceptance rate {m.acceptance_rate:.3f}, alpha {m.alpha:.3f}, tokens/round "
+          f"{m.mean_tokens_per_round:.2f}, rounds {m.rounds}, mean K {m.mean_k:.2f}")
+    print(f"{m.emitted} tokens in {seconds:.2f} s: {m.emitted / seconds:.1f} tokens/s; "
+          f"measured c = {c:.3f}; predicted speedup (Thm 3.8) {m.predicted_speedup(c):.2f}x")
+
+
+def _settings(runner: Runner, max_new: int) -> str:
+    config, target = runner.config, runner.target
+    where = "".join(f"{n} {getattr(target, n)}, " for n in ("device", "dtype") if hasattr(target, n))
+    return (f"settings: backend {config.backend}, target {config.target or 'default'}, {where}"
+            f"drafter {type(runner.drafter).__name__} ({config.draft or 'default'}), "
+            f"K={config.k}, {config.params()}, "
+            f"seed {config.seed}, max new tokens {max_new}")
+
+
+def generate_text(runner: Runner, prompts: Sequence[str], max_new: int, *, stream: bool) -> int:
+    """Generate for `prompts` as one batch; stream row 0 if asked, print the other rows after."""
+    config, tokenizer = runner.config, runner.tokenizer
+    ids, lengths = runner.encode(list(prompts))
+    rows = [int(n) for n in lengths]
+    c = measure_cost_ratio(runner.target, runner.drafter, ids[:1, :rows[0]], config.params())
+    steps = runner.iterate(ids, max_new_tokens=max_new, k=policy_with_cost(config, c), prompt_lengths=lengths)
+    began = time.perf_counter()
+    if stream:
+        print(f"> {prompts[0]}")
+        last = _stream(steps, tokenizer, rows[0])
+    else:
+        *_, last = steps
+    seconds = time.perf_counter() - began
+    for i in range(1 if stream else 0, len(rows)):
+        new = [int(t) for t in last.state.tokens[i, rows[i]:int(last.state.lengths[i])]]
+        print(f"> {prompts[i]}\n{tokenizer.decode(new, skip_special_tokens=True)}\n")
+    _print_metrics(last.metrics, seconds=seconds, c=c)
+    print(_settings(runner, max_new))
+    return 0

@@ -1,0 +1,81 @@
+"""The benchmarks called from Python on the reference backend (toy models, seconds): records, not prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import specsample
+from specsample import Config, bench
+
+TOY = "ngram:vocab=8,order=2,seed=1"
+
+
+@pytest.fixture(scope="module")
+def runner() -> specsample.Runner:
+    return specsample.load(Config(backend="reference", k=2, seed=4, temperature=0.7), target=TOY,
+                           draft="lookup")
+
+
+class Recorder:
+    """A `bench.Progress` that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.stages: list[tuple[str, int]] = []
+        self.done = 0
+
+    def stage(self, name: str, total: int, unit: str) -> None:
+        self.stages.append((name, total))
+
+    def advance(self, count: int = 1, note: str = "") -> None:
+        self.done += count
+
+    def end(self) -> None:
+        pass
+
+
+def test_models_returns_records_and_writes_them(runner: specsample.Runner, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    progress = Recorder()
+    plan = bench.ModelsPlan(prompts=2, repeats=2, max_new_tokens=3, temperatures=(0.0, 0.7),
+                            versus="reference")
+    report = bench.models(runner, plan, progress=progress)
+    assert capsys.readouterr().out == ""  # the library never prints
+    assert progress.stages == [("warm-up", 3), ("bench", 2 * 2 * 2 * 3)] and progress.done == 3 + 24
+    assert {(r["method"], r["temperature"]) for r in report.records} == \
+        {(m, t) for m in ("plain", "specsample", "specsample@reference") for t in (0.0, 0.7)}
+    assert all(r["new_tokens"] == 3 for r in report.runs) and len(report.runs) == 24
+    spec = next(r for r in report.records if r["method"] == "specsample" and r["temperature"] == 0.7)
+    low, high = spec["tokens_per_s_ci95"]
+    assert low <= spec["tokens_per_s"] <= high and spec["k"] == 2 and 0 <= spec["alpha"] <= 1
+    assert report.settings["seed"] == 4 and report.settings["methods"] == \
+        ["plain_ours", "specsample", "specsample@reference"]
+    paths = bench.write_models(report, tmp_path / "models.json")
+    assert [p.name for p in paths] == ["models.json", "models_tokens_per_s.png", "models_accepted.png"]
+
+
+def test_batch_memory_and_greedy_return_records(runner: specsample.Runner) -> None:
+    record = bench.batch(runner, max_new_tokens=3, prompts=bench.BATCH_PROMPTS[:3])
+    assert (record["rows"], record["rows_equal"], record["max_new_tokens"]) == (3, 3, 3)  # float64: equal
+    memory = bench.memory(runner, max_new_tokens=30, every=2)
+    assert memory["tokens"] == 30 and len(memory["samples"]) >= 2 and memory["temperature"] == 0.7
+    report = bench.greedy(runner, bench.GreedyPlan(prompts=2, max_new_tokens=4))
+    assert (report.equal, report.near_ties, report.other) == (2, 0, 0)
+    assert [r["tokens"] for r in report.records] == [4, 4]
+    with pytest.raises(ValueError, match="prompts: expected a non-empty sequence of str"):
+        bench.batch(runner, prompts="one prompt")
+    with pytest.raises(ValueError, match="max_new_tokens: expected an int >= 1"):
+        bench.memory(runner, max_new_tokens=0)
+    with pytest.raises(TypeError, match="plan: expected a GreedyPlan"):
+        bench.greedy(runner, None)  # type: ignore[arg-type]
+
+
+def test_cost_ratio_is_measured_on_the_models(runner: specsample.Runner) -> None:
+    ids, _ = runner.encode(["Once upon a time"])
+    c = bench.measure_cost_ratio(runner.target, runner.drafter, ids, runner.config.params(), repeats=2)
+    assert c > 0
+    with pytest.raises(ValueError, match="prompt: expected at least 2 tokens"):
+        bench.measure_cost_ratio(runner.target, runner.drafter, ids[:, :1], runner.config.params())
+    with pytest.raises(ValueError, match="repeats: expected an int >= 1"):
+        bench.measure_cost_ratio(runner.target, runner.drafter, ids, runner.config.params(), repeats=0)
