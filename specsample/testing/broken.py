@@ -29,7 +29,7 @@ from specsample.warp import warp
 __all__ = ["DRAFTERS", "LOOKAHEAD", "VERIFIERS", "MisreportingDrafter", "accept_if_le", "always_accept",
            "argmax_draft_softmax_q", "block_q_one", "block_without_correction", "bonus_from_wrong_position",
            "lenient", "never_accept", "p_shifted", "raw_logits_q", "resample_from_p",
-           "temperature_in_verify_only"]
+           "temperature_in_verify_only", "with_draft_lengths"]
 
 
 def resample_from_p(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
@@ -139,17 +139,48 @@ def block_q_one(draft_tokens: Array, draft_probs: Array | None, target_probs: Ar
     return assemble(draft_tokens, tau, final)
 
 
+def with_draft_lengths(rule: Callable[..., Verdict]) -> Callable[..., Verdict]:
+    """`rule` taking `draft_lengths` as `verify` does: row b is decided as a round of K = L_b
+    (its first L_b drafts, their acceptance draws and the final draw); L_b = 0 samples p_0."""
+    def verifier(draft_tokens: Array, draft_probs: Array | None, target_probs: Array, uniforms: Array,
+                 *, check: bool = True, draft_lengths: Array | None = None) -> Verdict:
+        if draft_lengths is None:
+            return rule(draft_tokens, draft_probs, target_probs, uniforms, check=check)
+        xp = namespace(target_probs)
+        k = int(draft_tokens.shape[1])
+        tokens = xp.full((int(draft_tokens.shape[0]), k + 1), -1, dtype=xp.int64)
+        n = xp.zeros((int(draft_tokens.shape[0]),), dtype=xp.int64)
+        for ell in sorted({int(v) for v in draft_lengths}):
+            rows = xp.nonzero(draft_lengths == ell)[0]
+            u, p = xp.take(uniforms, rows, axis=0), xp.take(target_probs, rows, axis=0)
+            if ell == 0:
+                one = Verdict(tokens=sample(p[:, 0, :], u[:, k], check=False)[:, None],
+                              num_accepted=xp.zeros_like(rows))
+            else:
+                q = None if draft_probs is None else xp.take(draft_probs, rows, axis=0)[:, :ell]
+                one = rule(xp.take(draft_tokens, rows, axis=0)[:, :ell], q, p[:, :ell + 1],
+                           xp.concat([u[:, :ell], u[:, k:]], axis=1), check=check)
+            width = int(one.tokens.shape[1])
+            rest = xp.full((int(rows.shape[0]), k + 1 - width), -1, dtype=xp.int64)
+            tokens[rows, :] = xp.concat([one.tokens, rest], axis=1)
+            n[rows] = one.num_accepted
+        return Verdict(tokens=tokens, num_accepted=n)
+
+    return verifier
+
+
 VERIFIERS: dict[str, Callable[..., Verdict]] = {
-    "resample-from-p": resample_from_p,
-    "always-accept": always_accept,
-    "never-accept": never_accept,
-    "bonus-wrong-position": bonus_from_wrong_position,
-    "p-shifted": p_shifted,
-    "accept-if-le": accept_if_le,
-    "lenient-0.5": lenient(0.5),
-    "block-without-correction": block_without_correction,
-    "block-q-one": block_q_one,
-}
+    name: with_draft_lengths(rule) for name, rule in {
+        "resample-from-p": resample_from_p,
+        "always-accept": always_accept,
+        "never-accept": never_accept,
+        "bonus-wrong-position": bonus_from_wrong_position,
+        "p-shifted": p_shifted,
+        "accept-if-le": accept_if_le,
+        "lenient-0.5": lenient(0.5),
+        "block-without-correction": block_without_correction,
+        "block-q-one": block_q_one,
+    }.items()}
 
 # Positions past its own that a rule reads to decide a position (0 unless listed); samplers
 # that leave out laws nothing needs, as `tree_samples` does, must compute these too.
