@@ -34,6 +34,7 @@ from transformers import (
 
 from specsample.drafters import ModelDrafter
 from specsample.generate import generate
+from specsample.options import RunOptions
 from specsample.params import SamplingParams
 
 V = 61
@@ -119,7 +120,7 @@ def test_static_cpu_greedy_equals_transformers_and_the_torch_backend_without_rec
     backend = create_cpu({"dtype": "float64", "buckets": [48]})
     ids = _prompt()
     greedy = dict(max_new_tokens=10, k=3, params=SamplingParams(temperature=0))
-    got = backend.generate(target, drafter, ids, **greedy)
+    got = backend.generate(target, drafter, ids, RunOptions(**greedy))
     want = generate(target, drafter, ids, **greedy)
     assert torch.equal(got.sequences, want.sequences), name
     # Every greedy token is the argmax of transformers' eager forward over the whole sequence
@@ -129,8 +130,8 @@ def test_static_cpu_greedy_equals_transformers_and_the_torch_backend_without_rec
         full = module(input_ids=got.sequences).logits.argmax(-1)  # [B, T]
     assert torch.equal(full[:, ids.shape[1] - 1: -1], got.sequences[:, ids.shape[1]:]), name
     graphs = counters["stats"]["unique_graphs"]
-    again = backend.generate(target, drafter, ids[:, :9], max_new_tokens=10, k=3, seed=4,
-                             params=SamplingParams(temperature=0.8, top_p=0.9))
+    again = backend.generate(target, drafter, ids[:, :9], RunOptions(
+        max_new_tokens=10, k=3, seed=4, params=SamplingParams(temperature=0.8, top_p=0.9)))
     assert counters["stats"]["unique_graphs"] == graphs and again.metrics.rounds > 0, name
     sampled = generate(target, drafter, ids[:, :9], max_new_tokens=10, k=3, seed=4,
                        params=SamplingParams(temperature=0.8, top_p=0.9))
