@@ -25,7 +25,7 @@ class CudaGraphCapture:
     def capture(self, module: nn.Module, example: Sequence[Tensor]) -> Callable[..., Any]:
         """Warm up on a side stream (state restored), capture, and return the replayer."""
         saved = [t.clone() for t in module.mutable()]  # type: ignore[operator]
-        side = torch.cuda.Stream()
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # unannotated in torch
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):  # cuBLAS handles, allocator pools: outside the capture

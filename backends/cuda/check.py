@@ -18,7 +18,9 @@ import time
 from collections.abc import Callable
 
 import torch
+from specsample_backends.static.backend import StaticBackend
 from specsample_backends.torch.early_exit import early_exit_module
+from transformers import GenerationMixin
 
 from specsample.generate import generate
 from specsample.options import RunOptions
@@ -50,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     cuda = get_backend("cuda", {"buckets": [256], "dtype": "float32"})
+    assert isinstance(cuda, StaticBackend)  # the registry's "cuda" entry builds one
     target = cuda.load_target("smollm2")
     drafter = cuda.load_drafter(args.drafter, target)
     tok = cuda.tokenizer("smollm2")
@@ -65,13 +68,15 @@ def main(argv: list[str] | None = None) -> int:
             differ += not same
             print(f"parity {params.temperature=} prompt {seed}: {'same' if same else 'DIFFERENT'}")
     greedy = dict(max_new_tokens=args.new, k=args.k, params=SamplingParams(temperature=0))
-    rows = {"cuda (CUDA graphs)": lambda: sum(
+    rows: dict[str, Callable[[], int]] = {"cuda (CUDA graphs)": lambda: sum(
                 len(cuda.generate(target, drafter, p, RunOptions(**greedy)).new_tokens(0)) for p in ids),
             "torch eager": lambda: sum(
                 len(generate(target, drafter, p, **greedy).new_tokens(0)) for p in ids)}
     draft_module = _hf_assistant(target, args.drafter)
+    hf_target = target.module
+    assert isinstance(hf_target, GenerationMixin)  # a transformers causal LM (load_target)
     if draft_module is not None:
-        rows["transformers assisted"] = lambda: sum(int(target.module.generate(
+        rows["transformers assisted"] = lambda: sum(int(hf_target.generate(
             p, assistant_model=draft_module, do_sample=False, max_new_tokens=args.new,
             min_new_tokens=args.new).shape[1] - p.shape[1]) for p in ids)
     rates = {name: _timed(run, args.repeats) for name, run in rows.items()}

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from specsample_backends.static.backend import StaticBackend
 from specsample_backends.torch.early_exit import early_exit_module
 from torch._dynamo.utils import counters
 
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     capture = args.capture if args.capture != "auto" else ("hpu-graphs" if lazy_mode() else "compile")
     backend = get_backend("gaudi", {"capture": capture, "dtype": args.dtype, "device": args.device,
                                     "buckets": [256]})
+    assert isinstance(backend, StaticBackend)  # the registry's "gaudi" entry builds one
     target = backend.load_target(args.target)
     drafter = backend.load_drafter(args.drafter, target)
     tokenizer = backend.tokenizer(args.target)
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def engine(ids: list[int], **kwargs: Any) -> list[int]:
         out = backend.generate(target, drafter, backend.asarray([ids]), RunOptions(**run, **kwargs))
-        return out.new_tokens(0)  # type: ignore[no-any-return]
+        return out.new_tokens(0)
 
     def sample(rows: int, seed: int) -> np.ndarray:
         ids = backend.asarray([tokenizer(LAW_PROMPT)["input_ids"]] * rows)

@@ -16,6 +16,7 @@ from specsample.backend import CoreBackend
 from specsample.drafters import ModelDrafter
 from specsample.generate import Generation, Step, finish, prepare_prompt
 from specsample.options import RunOptions
+from specsample.protocols import Drafter, Model
 
 from .engine import Capture, Engine, EngineOptions, static_stack
 from .pieces import RULES
@@ -140,7 +141,7 @@ class StaticBackend(CoreBackend):
                                  f"{self._engines[key].vocab}, got {drafter.model.vocab_size}")
         return self._engines[key]
 
-    def iterate(self, target: HFModel, drafter: ModelDrafter, input_ids: Any,
+    def iterate(self, target: Model, drafter: Drafter, input_ids: Any,
                 run: RunOptions) -> Iterator[Step]:
         """Rounds on the static engine, as core `Step`s (one per round, or per host sync).
 
@@ -149,21 +150,32 @@ class StaticBackend(CoreBackend):
         are validated once, before the graphs, whatever its value). `capacity` is a lower
         bound on the bucket taken.
         """
+        model, draft = _models(self.name, target, drafter)
         run = self._run(run)
         if run.verifier not in RULES:
             raise ValueError(f"verifier: the {self.name} backend compiles {sorted(RULES)} (by name), "
                              f"got {run.verifier!r}")
-        prompt, lengths = prepare_prompt(self.asarray(input_ids), run.prompt_lengths, target.vocab_size)
+        prompt, lengths = prepare_prompt(self.asarray(input_ids), run.prompt_lengths, model.vocab_size)
         run.rows(int(prompt.shape[0]))
-        engine = self.engine(target, drafter)
+        engine = self.engine(model, draft)
         with torch.no_grad():
             yield from engine.iterate(prompt, lengths, run)
 
-    def generate(self, target: HFModel, drafter: ModelDrafter, input_ids: Any,
+    def generate(self, target: Model, drafter: Drafter, input_ids: Any,
                  run: RunOptions) -> Generation:
         """Rounds to completion on the static engine, keeping only the last state."""
         ids = self.asarray(input_ids)
         return finish(self.iterate(target, drafter, ids, run), ids, self._run(run), target.vocab_size)
+
+
+def _models(backend: str, target: Model, drafter: Drafter) -> tuple[HFModel, ModelDrafter]:
+    """(target, drafter) as the static engine takes them (the core types are wider)."""
+    if not isinstance(target, HFModel):
+        raise TypeError(f"target: the {backend} backend expected an HFModel, got {type(target).__name__}")
+    if not isinstance(drafter, ModelDrafter):
+        raise TypeError(f"drafter: the {backend} backend expected a ModelDrafter, "
+                        f"got {type(drafter).__name__}")
+    return target, drafter
 
 
 def _stack(name: str, model: Any, pieces: bool) -> Any:

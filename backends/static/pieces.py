@@ -50,7 +50,7 @@ LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
 def layer_weights(layer: LlamaLayer) -> tuple[Tensor, ...]:
     """A layer's graph inputs in `LayerStep`'s order: two norms, then one key per linear."""
     return (layer.input_norm, layer.post_norm,
-            *(opaque.key_of(getattr(layer, name)) for name in LINEARS))  # type: ignore[arg-type]
+            *(opaque.key_of(getattr(layer, name)) for name in LINEARS))
 
 
 def stack_config(stack: LlamaStack) -> tuple[object, ...]:

@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from transformers import PretrainedConfig
 
 __all__ = ["ARCHITECTURES", "Architecture", "DenseLinear", "LlamaStack", "architecture",
-           "attention_mask", "is_supported", "llama_forward"]
+           "attention_mask", "hf_config", "is_supported", "llama_forward", "submodule"]
 
 Linear = Callable[[Tensor], Tensor]
 
 
 def _packable(weight: Tensor) -> bool:
     return (weight.device.type == "cpu" and weight.dtype == torch.float32
-            and torch.backends.mkldnn.is_available()
+            and torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]  # unannotated in torch
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
@@ -59,7 +60,8 @@ class DenseLinear:
     def __call__(self, x: Tensor) -> Tensor:
         """x [B, T, D] -> [B, T, N]."""
         if self.packed is not None and x.shape[0] * x.shape[1] >= self._rows:
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+            out: Tensor = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+            return out
         return F.linear(x, self.weight, self.bias)
 
 
@@ -116,24 +118,30 @@ class LlamaStack:
             ValueError: the architecture is not in `ARCHITECTURES` (the message lists them).
         """
         arch = architecture(model)
-        cfg, base = model.config, model.model
+        cfg, base = hf_config(model), submodule(model, "model")
+        decoder = submodule(base, "layers")
+        assert isinstance(decoder, nn.ModuleList)  # every supported architecture keeps its layers so
+        # A decoder layer's submodules are typed by transformers per architecture; read as Any here.
+        base_layers: list[Any] = list(decoder)
         dense = [[DenseLinear.of(m, pack=pack) for m in (
             layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
             layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
-            for layer in base.layers]
+            for layer in base_layers]
         layers = tuple(
             LlamaLayer(input_norm=layer.input_layernorm.weight.detach(), q=q, k=k, v=v, o=o,
                        post_norm=layer.post_attention_layernorm.weight.detach(), gate=g, up=u,
                        down=d)
-            for layer, (q, k, v, o, g, u, d) in zip(base.layers, dense, strict=True))
+            for layer, (q, k, v, o, g, u, d) in zip(base_layers, dense, strict=True))
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return cls(embed=base.embed_tokens.weight.detach(), layers=layers,
-                   norm=base.norm.weight.detach(),
-                   head=DenseLinear.of(model.lm_head, pack=pack, one_row=True),
-                   rotary=base.rotary_emb, eps=float(cfg.rms_norm_eps),
+        embed_tokens, lm_head = submodule(base, "embed_tokens"), submodule(model, "lm_head")
+        assert isinstance(lm_head, nn.Linear)
+        return cls(embed=_weight(embed_tokens), layers=layers,
+                   norm=_weight(submodule(base, "norm")),
+                   head=DenseLinear.of(lm_head, pack=pack, one_row=True),
+                   rotary=submodule(base, "rotary_emb"), eps=float(cfg.rms_norm_eps),
                    heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
-                   head_dim=head_dim, act=base.layers[0].mlp.act_fn,
-                   embed_scale=_embed_scale(base.embed_tokens, cfg.hidden_size) if arch.embed_scale
+                   head_dim=head_dim, act=base_layers[0].mlp.act_fn,
+                   embed_scale=_embed_scale(embed_tokens, cfg.hidden_size) if arch.embed_scale
                    else 1.0, norm_offset=arch.norm_offset,
                    window=int(cfg.sliding_window) if arch.windowed and cfg.sliding_window else None)
 
@@ -144,8 +152,9 @@ class LlamaStack:
         head: Any = self.head
         if linear is not None:
             names = ("q", "k", "v", "o", "gate", "up", "down")
-            layers = tuple(dataclasses.replace(layer, **{n: linear(getattr(layer, n)) for n in names})
-                           for layer in layers)
+            # replace() takes each field by its own type; the mapped fields are all `Linear`.
+            layers = tuple(dataclasses.replace(layer, **cast(dict[str, Any], {
+                n: linear(getattr(layer, n)) for n in names})) for layer in layers)
             head = linear(head)
         return dataclasses.replace(self, layers=layers, head=head)
 
@@ -176,10 +185,32 @@ ARCHITECTURES = {
 }
 
 
+def hf_config(model: nn.Module) -> PretrainedConfig:
+    """`model.config`, the transformers config every model these backends run carries."""
+    cfg = model.config
+    assert isinstance(cfg, PretrainedConfig), f"model.config: expected a PretrainedConfig, got {type(cfg)}"
+    return cfg
+
+
+def submodule(module: nn.Module, name: str) -> nn.Module:
+    """`module.<name>`, a child module (a transformers model's `model`, `lm_head`, `layers`, ...)."""
+    child = getattr(module, name)
+    assert isinstance(child, nn.Module), f"{name}: expected a module, got {type(child)}"
+    return child
+
+
+def _weight(module: nn.Module) -> Tensor:
+    """A module's `weight` parameter, detached (shared, not copied)."""
+    weight = module.weight
+    assert isinstance(weight, Tensor)
+    return weight.detach()
+
+
 def _embed_scale(embedding: nn.Module, hidden_size: int) -> float:
     """Gemma's embedding multiplier as its module applies it: its own `embed_scale` buffer
     (transformers 5) in the weight dtype, else sqrt(hidden_size) rounded to that dtype."""
     dtype = embedding.weight.dtype
+    assert isinstance(dtype, torch.dtype)
     own = getattr(embedding, "embed_scale", None)
     scale = own.to(dtype) if isinstance(own, Tensor) else torch.tensor(hidden_size ** 0.5, dtype=dtype)
     return float(scale)
@@ -192,8 +223,9 @@ def _unsupported(model: nn.Module) -> str | None:
     if arch is None or getattr(cfg, "model_type", None) != arch.model_type:
         return (f"expected one of {sorted(ARCHITECTURES)}, got {name} (model_type "
                 f"{getattr(cfg, 'model_type', None)!r})")
-    if getattr(cfg, "pretraining_tp", 1) > 1:
-        return f"expected pretraining_tp 1, got {cfg.pretraining_tp} ({name})"
+    tp = getattr(cfg, "pretraining_tp", 1)
+    if tp > 1:
+        return f"expected pretraining_tp 1, got {tp} ({name})"
     if "sliding_attention" in (getattr(cfg, "layer_types", None) or ()) and not arch.windowed:
         return f"expected full attention in every layer, got layer_types with sliding_attention ({name})"
     return None

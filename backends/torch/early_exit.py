@@ -6,6 +6,7 @@ import copy
 
 from torch import nn
 
+from ._fast import hf_config, submodule
 from .model import HFModel
 
 __all__ = ["early_exit_draft", "early_exit_module"]
@@ -40,8 +41,10 @@ def early_exit_module(module: nn.Module, num_layers: int) -> nn.Module:
             not 1 <= num_layers <= len(layers):
         raise ValueError(f"num_layers: expected an int in [1, {len(layers)}], got {num_layers!r}")
     draft = copy.copy(module)
-    draft.model = copy.copy(module.model)
-    draft.model.layers = layers[:num_layers]
-    draft.config = copy.deepcopy(module.config)
-    draft.config.num_hidden_layers = num_layers
+    base = copy.copy(submodule(module, "model"))
+    base.layers = layers[:num_layers]
+    draft.model = base
+    config = copy.deepcopy(hf_config(module))
+    config.num_hidden_layers = num_layers
+    draft.config = config  # type: ignore[assignment]  # torch types Module attributes as Tensor/Module
     return draft

@@ -15,6 +15,7 @@ from specsample.drafters import ModelDrafter
 from specsample.lookup import PromptLookupDrafter
 from specsample.protocols import Drafter
 
+from ._fast import hf_config
 from .compat import check_compatible
 from .early_exit import early_exit_draft
 from .model import HFModel
@@ -65,7 +66,7 @@ def _resolve(spec: str) -> tuple[str, str | None]:
 def _module(folder: str, gguf: str | None, dtype: torch.dtype, device: str) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=dtype)
+    model: nn.Module = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=dtype)
     model = model.to(device).eval()
     _SOURCES[model] = (folder, gguf)
     return model
@@ -121,5 +122,5 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) ->
         target_tokenizer = _tokenizer(*_SOURCES[target.module])
     draft = _module(*source, target.dtype, str(target.device))
     check_compatible(target_tokenizer, _tokenizer(*source), target.own_vocab,
-                     int(draft.config.vocab_size))
+                     int(hf_config(draft).vocab_size))
     return ModelDrafter(HFModel(draft, vocab_size=target.vocab_size))

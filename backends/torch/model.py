@@ -12,7 +12,15 @@ from transformers.cache_utils import Cache as HFCache
 
 from specsample.cache import Cache, check_live, consume
 
-from ._fast import DenseLinear, LlamaStack, architecture, attention_mask, is_supported, llama_forward
+from ._fast import (
+    DenseLinear,
+    LlamaStack,
+    architecture,
+    attention_mask,
+    hf_config,
+    is_supported,
+    llama_forward,
+)
 
 __all__ = ["HFModel"]
 
@@ -81,7 +89,7 @@ class HFModel:
         self.dtype, self.device = first.dtype, first.device
         self.layers, self.kv_heads, self.head_dim = _kv_shape(model.config)
         self.stack = LlamaStack.of(model) if (is_supported(model) if fast is None else fast) else None
-        self.own_vocab = int(model.config.vocab_size)
+        self.own_vocab = int(hf_config(model).vocab_size)
         self.vocab = self.own_vocab if vocab_size is None else int(vocab_size)
         self._slots = torch.arange(1 << 16, device=self.device)  # key positions, sliced to C
 
@@ -171,7 +179,8 @@ class HFModel:
             ~mask, torch.finfo(self.dtype).min)
         out = self.module(input_ids=tokens, attention_mask=bias, position_ids=positions,
                           cache=_PositionCache(buffers, index), use_cache=True)
-        return out.logits  # [B, T, V]
+        logits: Tensor = out.logits  # [B, T, V]
+        return logits
 
     def _resize(self, logits: Tensor) -> Tensor:
         if self.vocab == logits.shape[-1]:

@@ -37,8 +37,9 @@ _LIVE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 _KEYS: weakref.WeakKeyDictionary[Any, Tensor] = weakref.WeakKeyDictionary()
 _IDS = itertools.count(1)
 
-_LIB = torch.library.Library("specsample", "DEF")
-_LIB.define("linear(Tensor x, Tensor key, int out_features) -> Tensor")
+# torch.library.Library is unannotated in torch, hence the ignores on its calls.
+_LIB = torch.library.Library("specsample", "DEF")  # type: ignore[no-untyped-call]
+_LIB.define("linear(Tensor x, Tensor key, int out_features) -> Tensor")  # type: ignore[no-untyped-call]
 
 
 def _check_key(key: object) -> None:
@@ -72,7 +73,7 @@ def _fake(x: Tensor, key: Tensor, out_features: int) -> Tensor:
     return x.new_empty((*x.shape[:-1], out_features))
 
 
-_LIB.impl("linear", _linear, "CompositeExplicitAutograd")
+_LIB.impl("linear", _linear, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]
 torch.library.register_fake("specsample::linear", _fake, lib=_LIB)
 
 

@@ -20,7 +20,9 @@ def quantize(module: nn.Module) -> nn.Module:
     # the fbgemm dynamic int8 GEMM, which is what makes the draft fast on CPU.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8)
+        quantized: nn.Module = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
+            module, {nn.Linear}, dtype=torch.qint8)  # (unannotated in torch)
+        return quantized
 
 
 class Int8Linear:
@@ -34,11 +36,14 @@ class Int8Linear:
             linear.weight.copy_(dense.weight.float())
             if dense.bias is not None:
                 linear.bias.copy_(dense.bias.float())
-        self.module = quantize(nn.Sequential(linear))[0]
+        quantized = quantize(nn.Sequential(linear))
+        assert isinstance(quantized, nn.Sequential)  # quantize_dynamic keeps the container's type
+        self.module: nn.Module = quantized[0]
 
     def __call__(self, x: Tensor) -> Tensor:
         """x [B, T, D] -> [B, T, N] in x's dtype."""
-        return self.module(x.float()).to(x.dtype)
+        out: Tensor = self.module(x.float())
+        return out.to(x.dtype)
 
 
 def int8_draft(target: HFModel) -> HFModel:
