@@ -92,7 +92,8 @@ def _hf_assistant(target: object, drafter: str) -> object | None:
     """A transformers assistant: the target's first N layers as a model (early-exit only)."""
     if not drafter.startswith("early-exit:"):
         return None
-    return early_exit_module(target.module, int(drafter.split(":")[1]))  # type: ignore[attr-defined]
+    module: object = early_exit_module(target.module, int(drafter.split(":")[1]))  # type: ignore[attr-defined]
+    return module
 
 
 if __name__ == "__main__":

@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def engine(ids: list[int], **kwargs: Any) -> list[int]:
         out = backend.generate(target, drafter, backend.asarray([ids]), RunOptions(**run, **kwargs))
-        return out.new_tokens(0)
+        tokens: list[int] = out.new_tokens(0)
+        return tokens
 
     def sample(rows: int, seed: int) -> np.ndarray:
         ids = backend.asarray([tokenizer(LAW_PROMPT)["input_ids"]] * rows)

@@ -235,7 +235,7 @@ class Model:
         self.engine, self.stack, self.kv = engine, stack, kv
         self.layers = [(keys, values, layer_weights(layer))
                        for layer, (keys, values) in zip(stack.layers, kv, strict=True)]
-        self.head_weights = (stack.norm, opaque.key_of(stack.head))  # type: ignore[arg-type]
+        self.head_weights = (stack.norm, opaque.key_of(stack.head))  # type: ignore[arg-type,unused-ignore]
 
     def hidden(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Run the layers over tokens/positions [B, T] (K/V written); the last hidden states."""

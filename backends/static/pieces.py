@@ -108,16 +108,18 @@ class LayerStep(nn.Module):
         kv_rows = torch.arange(self.kv_heads, device=x.device)[None, :, None]  # [1, H_kv, 1]
 
         def linear(name: str, h: Tensor) -> Tensor:
-            return opaque.call(h, keys_of[name], out[name])
+            y: Tensor = opaque.call(h, keys_of[name], out[name])
+            return y
 
         def write(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
             keys.index_put_((rows, kv_rows, positions), k)  # in place under the compiler too
             values.index_put_((rows, kv_rows, positions), v)
             return keys, values
 
-        return decoder_layer(x, cos, sin, group_mask, (input_norm, post_norm), linear, write,
-                             heads=self.heads, kv_heads=self.kv_heads, hd=self.hd, eps=self.eps,
-                             act=self.act, norm_offset=self.norm_offset)
+        hidden: Tensor = decoder_layer(x, cos, sin, group_mask, (input_norm, post_norm), linear, write,
+                                       heads=self.heads, kv_heads=self.kv_heads, hd=self.hd,
+                                       eps=self.eps, act=self.act, norm_offset=self.norm_offset)
+        return hidden
 
 
 class HeadStep(nn.Module):
@@ -130,7 +132,7 @@ class HeadStep(nn.Module):
 
     def forward(self, x: Tensor, norm: Tensor, head_key: Tensor) -> Tensor:
         """The logits."""
-        logits = opaque.call(rms_norm(x, norm, self.eps, self.norm_offset), head_key, self.vocab)
+        logits: Tensor = opaque.call(rms_norm(x, norm, self.eps, self.norm_offset), head_key, self.vocab)
         return logits if logits.dtype == torch.float64 else logits.float()
 
 

@@ -107,7 +107,8 @@ def _selected(scaled: Tensor, knob: Tensor) -> Tensor:
     probs = _renormalise(torch.exp(kept - kept.amax(dim=-1, keepdim=True)))
     threshold, proven = _nucleus(probs, top_p, cap)
     decided = ((k <= cap) | (k >= vocab)) & ((top_p >= 1) | proven.all())
-    return torch.cond(decided, _apply_threshold, _sorted, (scaled, knob, probs, threshold))
+    out: Tensor = torch.cond(decided, _apply_threshold, _sorted, (scaled, knob, probs, threshold))
+    return out
 
 
 def _nucleus(probs: Tensor, top_p: Tensor, cap: int) -> tuple[Tensor, Tensor]:
