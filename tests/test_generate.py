@@ -140,7 +140,7 @@ def test_reproducible_from_the_seed_and_streaming_matches():
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
     ({"max_new_tokens": 0}, ValueError, "max_new_tokens: expected an int >= 1"),
-    ({"max_new_tokens": 5, "seed": -1}, ValueError, "seed: expected an int >= 0"),
+    ({"max_new_tokens": 5, "seed": -1}, ValueError, r"seed: expected an int in \[0, \d+\), got -1"),
     ({"max_new_tokens": 5, "prompt_lengths": np.array([0])}, ValueError, "prompt_lengths"),
     ({"max_new_tokens": 5, "capacity": 4}, ValueError, "capacity: expected >= "),
     ({"max_new_tokens": 5, "k": 0}, ValueError, "k: expected an int >= 1"),
