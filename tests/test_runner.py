@@ -185,3 +185,18 @@ def test_rows_of_a_real_model_do_not_depend_on_their_neighbours(draft: str) -> N
     alone, together = _rows_alone_and_together(runner, prompts, seeds)
     differing = sum(a != b for a, b in zip(alone, together, strict=True))
     assert differing <= 1, (alone, together)
+
+
+def test_block_verification_is_chosen_by_config() -> None:
+    """`Config(verifier="block")` reaches the loop: greedy output still equals plain decoding,
+    and the rule differs from token-wise on the same sampled run (it accepts other drafts)."""
+    block = specsample.load(Config(backend="reference", verifier="block", temperature=0.0))
+    assert block.options(max_new_tokens=1).verifier == "block"
+    out = block.generate(["abcabc", "hello"], max_new_tokens=16)
+    plain = block.generate_plain(["abcabc", "hello"], max_new_tokens=16)
+    assert [out.new_tokens(i) for i in range(2)] == [plain.new_tokens(i) for i in range(2)]
+    sampled = dict(max_new_tokens=64, params=SamplingParams(temperature=1.0), seed=3)
+    by_block = block.generate(["abcabc"], **sampled)
+    by_token = block.generate(["abcabc"], verifier="token", **sampled)
+    assert by_block.metrics.accepted != by_token.metrics.accepted or \
+        by_block.new_tokens(0) != by_token.new_tokens(0)
