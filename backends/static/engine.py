@@ -16,11 +16,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
-from specsample_backends.torch import opaque
-from specsample_backends.torch._fast import DenseLinear, LlamaStack, attention_mask, llama_forward
+from specsample_backends.torch._fast import DenseLinear, LlamaStack
 from torch import Tensor, nn
 
-from specsample.cache import Cache, Lineage
+from specsample.cache import Cache
 from specsample.drafters import DraftState
 from specsample.generate import Step
 from specsample.metrics import Metrics, tally
@@ -31,22 +30,19 @@ from specsample.round import RoundResult, State
 from specsample.verify import Verdict
 
 from .pieces import (
-    RULES,
     DraftSampleStep,
     EmbedStep,
     HeadStep,
     LayerStep,
     VerifyStep,
-    layer_weights,
     stack_config,
 )
-from .verify import commit, sample_tensor
-from .warp import knobs, warp_tensor
+from .steps import KV, PiecewisePrefill, PiecewiseRound, PrefillStep, RoundStep, Slot
+from .warp import knobs
 
 __all__ = ["BUCKETS", "Capture", "Engine", "EngineOptions", "Slot"]
 
 BUCKETS = (256, 512, 1024, 2048, 4096)
-KV = tuple[tuple[Tensor, Tensor], ...]  # per layer (K, V), each [B, H_kv, C, hd]
 
 
 class Capture(Protocol):
@@ -110,200 +106,6 @@ def static_stack(stack: LlamaStack) -> LlamaStack:
         return DenseLinear(linear.weight, linear.bias, pack=False)
 
     return stack.derive(linear=plain)
-
-
-def _forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, kv: KV) -> Tensor:
-    """Logits [B, T, V] (float32 or float64) for tokens [B, T] at positions [B, T]."""
-    slots = torch.arange(kv[0][0].shape[2], device=tokens.device)  # [C]
-    mask = attention_mask(slots, positions, stack.window)  # [B, 1, T, C]
-    logits: Tensor = llama_forward(stack, tokens, positions, mask, kv)
-    return logits if logits.dtype == torch.float64 else logits.float()
-
-
-@dataclasses.dataclass(eq=False, kw_only=True)
-class Slot:
-    """Everything one (batch, capacity) keeps between runs; allocated once.
-
-    Attributes:
-        tokens: int64 [B, C]; lengths, stop: int64 [B]; done: bool [B].
-        target_kv, draft_kv: K/V buffers [B, H_kv, C, hd] per layer.
-        knob: [4] sampling knobs; eos: int64 [] (-1: none).
-        lineage: the generation counter of the K/V buffers (bumped by every round).
-        uniforms: K -> float64 [B, 2K+1], the round graph's random input.
-        rounds: (K, rule) -> the captured round; prefill: the captured prefill.
-    """
-
-    tokens: Tensor
-    lengths: Tensor
-    stop: Tensor
-    done: Tensor
-    target_kv: KV
-    draft_kv: KV
-    knob: Tensor
-    eos: Tensor
-    lineage: Lineage = dataclasses.field(default_factory=Lineage)
-    uniforms: dict[int, Tensor] = dataclasses.field(default_factory=dict)
-    rounds: dict[tuple[int, str], Callable[..., Any]] = dataclasses.field(default_factory=dict)
-    prefill: Callable[..., Any] | None = None
-
-    @property
-    def capacity(self) -> int:
-        """C, positions per row."""
-        return int(self.tokens.shape[1])
-
-    def pointers(self) -> list[int]:
-        """data_ptr of every state buffer (to show they never move)."""
-        flat = [self.tokens, self.lengths, self.stop, self.done, self.knob, self.eos,
-                *(t for kv in (self.target_kv, self.draft_kv) for pair in kv for t in pair)]
-        return [t.data_ptr() for t in flat]
-
-
-class PrefillStep(nn.Module):
-    """Write K/V of a [B, P] chunk at given positions into both caches (no output)."""
-
-    def __init__(self, engine: Engine, slot: Slot) -> None:
-        super().__init__()
-        self.engine, self.slot = engine, slot
-
-    def mutable(self) -> tuple[Tensor, ...]:
-        """State tensors a call changes besides K/V beyond the valid lengths: none."""
-        return ()
-
-    def forward(self, chunk: Tensor, positions: Tensor) -> Tensor:
-        """chunk, positions int64 [B, P]; returns the target's last logits [B, V]."""
-        _forward(self.engine.draft, chunk, positions, self.slot.draft_kv)
-        return _forward(self.engine.target, chunk, positions, self.slot.target_kv)[:, -1]
-
-
-class RoundStep(nn.Module):
-    """One speculative round over a slot's buffers, updating them in place (`rule`: a RULES name)."""
-
-    def __init__(self, engine: Engine, slot: Slot, k: int, rule: str = "token") -> None:
-        super().__init__()
-        self.engine, self.slot, self.k, self.rule = engine, slot, k, rule
-
-    def mutable(self) -> tuple[Tensor, ...]:
-        """State tensors a call changes besides K/V beyond the valid lengths (a capture that
-        runs warm-up calls restores them)."""
-        return self.slot.tokens, self.slot.lengths, self.slot.done
-
-    def draft(self, u: Tensor, knob: Tensor) -> tuple[Tensor, Tensor]:
-        """K draft tokens [B, K] and their laws q [B, K, V] (`ModelDrafter.propose`).
-
-        The draft cache holds L - 2 entries: the first forward feeds the last two
-        committed tokens (positions clipped at 0 for a one-token prompt).
-        """
-        s, lengths = self.slot, self.slot.lengths
-        pos = (lengths[:, None] + torch.arange(2, device=lengths.device) - 2).clamp(min=0)  # [B, 2]
-        feed = s.tokens.gather(1, pos)
-        drafted, laws = [], []
-        for i in range(self.k):
-            logits = _forward(self.engine.draft, feed, pos, s.draft_kv)[:, -1]  # [B, V]
-            q = warp_tensor(logits, knob)
-            x = sample_tensor(q, u[:, i])  # [B]
-            drafted.append(x)
-            laws.append(q)
-            feed, pos = x[:, None], (lengths + i)[:, None]
-        return torch.stack(drafted, dim=1), torch.stack(laws, dim=1)
-
-    def forward(self, u: Tensor, knob: Tensor, eos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Run the round; returns (verdict tokens [B, K+1], num_accepted, emitted, active [B])."""
-        s, k = self.slot, self.k
-        drafted, q = self.draft(u[:, :k], knob)
-        last = s.tokens.gather(1, (s.lengths - 1)[:, None])  # [B, 1]
-        pos = s.lengths[:, None] - 1 + torch.arange(k + 1, device=last.device)  # [B, K+1]
-        logits = _forward(self.engine.target, torch.cat([last, drafted], dim=1), pos, s.target_kv)
-        verdict, n = RULES[self.rule](drafted, q, warp_tensor(logits, knob), u[:, k:])
-        active = ~s.done
-        emitted, tokens, lengths, done = commit(verdict, n, s.tokens, s.lengths, s.stop, s.done, eos)
-        s.tokens.copy_(tokens)
-        s.lengths.copy_(lengths)
-        s.done.copy_(done)
-        return verdict, n, emitted, active
-
-
-class Model:
-    """One model's captured pieces for one slot, shared by every call of the same shape.
-
-    Args:
-        engine: the engine (its capture and piece cache).
-        stack: the model's weights.
-        kv: the model's K/V buffers in the slot.
-    """
-
-    def __init__(self, engine: Engine, stack: LlamaStack, kv: KV) -> None:
-        self.engine, self.stack, self.kv = engine, stack, kv
-        self.layers = [(keys, values, layer_weights(layer))
-                       for layer, (keys, values) in zip(stack.layers, kv, strict=True)]
-        self.head_weights = (stack.norm, opaque.key_of(stack.head))  # type: ignore[arg-type,unused-ignore]
-
-    def hidden(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        """Run the layers over tokens/positions [B, T] (K/V written); the last hidden states."""
-        width = int(tokens.shape[1])
-        embed = self.engine.piece("embed", self.stack, width, self.kv)
-        layer = self.engine.piece("layer", self.stack, width, self.kv)
-        x, cos, sin, where, mask = embed(tokens, positions, self.stack.embed, self.kv[0][0])
-        for keys, values, weights in self.layers:
-            x = layer(x, cos, sin, where, mask, keys, values, *weights)
-        return x  # type: ignore[no-any-return]
-
-    def logits(self, tokens: Tensor, positions: Tensor, *, last: bool = False) -> Tensor:
-        """Logits [B, T, V] (float32/float64), or [B, 1, V] of the last position when `last`."""
-        x = self.hidden(tokens, positions)
-        if last:
-            # T = 1 and T = 2 forwards share one head graph: the same strides (also for B = 1).
-            x = x[:, -1:].clone(memory_format=torch.contiguous_format)
-        head = self.engine.piece("head", self.stack, int(x.shape[1]), self.kv)
-        return head(x, *self.head_weights)  # type: ignore[no-any-return]
-
-
-class PiecewiseRound:
-    """`RoundStep` with each piece captured on its own and the loops in Python (same tokens)."""
-
-    def __init__(self, engine: Engine, slot: Slot, k: int, rule: str = "token") -> None:
-        self.engine, self.slot, self.k = engine, slot, k
-        self.target = Model(engine, engine.target, slot.target_kv)
-        self.draft = Model(engine, engine.draft, slot.draft_kv)
-        self.sample = engine.piece("sample", None, 1, slot.draft_kv)
-        self.verify = engine.piece(f"verify-{rule}", None, k + 1, slot.target_kv)
-        self.two = torch.arange(2, device=slot.tokens.device) - 2
-        self.span = torch.arange(k + 1, device=slot.tokens.device) - 1
-
-    def __call__(self, u: Tensor, knob: Tensor, eos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Run the round; returns (verdict tokens [B, K+1], num_accepted, emitted, active [B])."""
-        s, k = self.slot, self.k
-        lengths = s.lengths
-        pos = (lengths[:, None] + self.two).clamp(min=0)  # [B, 2]
-        feed = s.tokens.gather(1, pos)
-        drafted, laws = [], []
-        for i in range(k):
-            logits = self.draft.logits(feed, pos, last=True)[:, 0]  # [B, V]
-            ui = u[:, i].clone(memory_format=torch.contiguous_format)  # one graph for every K
-            x, q = self.sample(logits, knob, ui)
-            drafted.append(x)
-            laws.append(q)
-            feed, pos = x[:, None], (lengths + i)[:, None]
-        tokens = torch.stack(drafted, dim=1)
-        last = s.tokens.gather(1, (lengths - 1)[:, None])  # [B, 1]
-        pos = lengths[:, None] + self.span  # [B, K+1]
-        logits = self.target.logits(torch.cat([last, tokens], dim=1), pos)
-        out: tuple[Tensor, Tensor, Tensor, Tensor] = self.verify(
-            logits, tokens, torch.stack(laws, dim=1), u[:, k:], knob, eos, s.tokens, s.lengths,
-            s.stop, s.done)
-        return out
-
-
-class PiecewisePrefill:
-    """`PrefillStep` with captured layers and the loop in Python."""
-
-    def __init__(self, engine: Engine, slot: Slot) -> None:
-        self.target = Model(engine, engine.target, slot.target_kv)
-        self.draft = Model(engine, engine.draft, slot.draft_kv)
-
-    def __call__(self, chunk: Tensor, positions: Tensor) -> None:
-        """Write both models' K/V of the chunk [B, P] at positions [B, P]."""
-        self.draft.hidden(chunk, positions)
-        self.target.hidden(chunk, positions)
 
 
 class Engine:
