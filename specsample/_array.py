@@ -9,7 +9,7 @@ from typing import Any
 import array_api_compat
 
 __all__ = ["Array", "check_finite", "check_int", "check_logits", "check_probs", "check_shape", "check_tokens",
-           "check_uniforms", "device", "namespace", "rows_at"]
+           "check_uniforms", "device", "host_ints", "namespace", "rows_at"]
 
 # NumPy, torch and JAX arrays all pass through; we type them loosely.
 Array = Any
@@ -27,6 +27,18 @@ def namespace(*arrays: Array) -> Any:
 def device(x: Array) -> Any:
     """The device `x` lives on (CPU for NumPy)."""
     return array_api_compat.device(x)
+
+
+def host_ints(x: Array) -> list[int]:
+    """The values of a 1-D integer or bool array as Python ints, read to the host at once.
+
+    One transfer (`tolist`, which NumPy, torch and JAX arrays have) rather than one
+    device sync per element.
+    """
+    if len(x.shape) != 1:
+        raise ValueError(f"x: expected a 1-D array, got shape {tuple(x.shape)}")
+    values = x.tolist() if hasattr(x, "tolist") else list(x)
+    return [int(v) for v in values]
 
 
 def rows_at(x: Array, index: Array) -> Array:

@@ -6,7 +6,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator
 
-from specsample._array import Array, check_shape, check_tokens, device, namespace
+from specsample._array import Array, check_shape, check_tokens, device, host_ints, namespace
 from specsample.cache import rollback
 from specsample.metrics import Metrics, tally
 from specsample.options import RunOptions
@@ -113,16 +113,19 @@ def _capacity(capacity: int | None, needed: int) -> int:
     return capacity
 
 
-def _round_k(xp: object, drafter: Drafter, state: State, wanted: int) -> tuple[int, Array | None]:
-    """This round's K and the per-row draft lengths (None when every active row drafts K).
+def _round_k(xp: object, drafter: Drafter, state: State, wanted: int) -> tuple[int, Array | None] | None:
+    """This round's K and the per-row draft lengths (None when every active row drafts K),
+    or None when every row is done. One host read: the active rows' lengths.
 
     A drafter may draft fewer tokens for some rows (`Drafter.draft_lengths`, read from
     each row's committed tokens); the round drafts the longest active row's length.
     """
     lengths = drafter.draft_lengths(state.tokens, state.lengths, wanted)  # [B]
-    active = xp.where(state.done, 0, lengths)  # type: ignore[attr-defined]
-    k = int(xp.max(active))  # type: ignore[attr-defined]
-    if k == 0 or bool(xp.all(state.done | (lengths >= k))):  # type: ignore[attr-defined]
+    active = [v for v in host_ints(xp.where(state.done, -1, lengths)) if v >= 0]  # type: ignore[attr-defined]
+    if not active:
+        return None
+    k = max(active)
+    if k == 0 or all(v == k for v in active):
         return k, None
     return k, xp.minimum(lengths, k)  # type: ignore[attr-defined]
 
@@ -138,17 +141,20 @@ def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOption
     width = int(xp.max(lengths)) + run.max_new_tokens + policy.k_max + 1
     state = start(target, drafter, prompt, lengths, capacity=_capacity(run.capacity, width),
                   stop_lengths=lengths + run.max_new_tokens)
-    metrics, index = Metrics(), 0
-    while not bool(xp.all(state.done)):  # the one host read of a round
-        k, draft_lengths = _round_k(xp, drafter, state, policy.next_k(metrics))
+    metrics, index, batch = Metrics(), 0, int(prompt.shape[0])
+    # Two host reads a round: the draft lengths (which also say whether any row is
+    # active) and the round's per-row counts.
+    while (chosen := _round_k(xp, drafter, state, policy.next_k(metrics))) is not None:
+        k, draft_lengths = chosen
         began = time.perf_counter()
-        u = round_uniforms(run.seed, index, int(prompt.shape[0]), k, like=state.tokens)
+        u = round_uniforms(run.seed, index, batch, k, like=state.tokens)
         state, result = round_step(state, target, drafter, k=k, params=run.params, uniforms=u,
                                    eos=run.eos_token_id, check=run.check, verifier=verifier,
                                    draft_lengths=draft_lengths)
-        metrics = tally(metrics, k=k, accepted=[int(v) for v in result.verdict.num_accepted],
-                        emitted=[int(v) for v in result.emitted],
-                        active=[bool(v) for v in result.active],
+        counts = host_ints(xp.concat([xp.astype(a, xp.int64) for a in (
+            result.verdict.num_accepted, result.emitted, result.active)]))
+        metrics = tally(metrics, k=k, accepted=counts[:batch], emitted=counts[batch:2 * batch],
+                        active=[bool(v) for v in counts[2 * batch:]],
                         elapsed_s=time.perf_counter() - began)
         yield Step(index=index, k=k, result=result, state=state, metrics=metrics)
         index += 1
