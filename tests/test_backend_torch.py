@@ -7,10 +7,10 @@ import copy
 import pytest
 import torch
 from specsample_backends.torch import HFModel, create, loading
-from specsample_backends.torch._fast import is_supported
+from specsample_backends.torch._fast import DenseLinear, is_supported
 from specsample_backends.torch.compat import check_compatible
 from specsample_backends.torch.early_exit import early_exit_draft
-from specsample_backends.torch.quantized import int8_draft
+from specsample_backends.torch.quantized import Int8Linear, int8_draft, quantize
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specsample.cache import rollback
@@ -134,6 +134,29 @@ def test_int8_draft_is_close_to_the_target(llama: LlamaForCausalLM) -> None:
     b, _ = draft.forward(ids, draft.new_cache(3, 12))
     assert b.dtype == torch.float32 and b.shape == a.shape
     assert float((a - b).abs().max()) < 0.1 * float(a.abs().max())  # int8 error, not a different model
+
+
+def test_an_int8_linears_rows_do_not_depend_on_each_other() -> None:
+    """Each row is quantized with its own scale: a row's output is bit-identical alone and in
+    a batch whose rows span six orders of magnitude (and a zero row gives the bias)."""
+    torch.manual_seed(0)
+    dense = DenseLinear(torch.randn(48, 32), torch.randn(48), pack=False)
+    linear = Int8Linear(dense)
+    x = torch.randn(6, 3, 32) * torch.logspace(-3, 3, 6)[:, None, None]
+    x[2, 1] = 0
+    together = linear(x)
+    assert all(torch.equal(linear(x[i:i + 1]), together[i:i + 1]) for i in range(6))
+    assert torch.equal(together[2, 1], dense.bias)
+    want = x @ dense.weight.T + dense.bias
+    assert float(((together - want).norm(dim=-1) / want.norm(dim=-1)).max()) < 0.05
+    # The control bites: fbgemm's own dynamic linear scales the whole batch at once.
+    plain = torch.nn.Linear(32, 48)
+    with torch.no_grad():
+        plain.weight.copy_(dense.weight)
+        plain.bias.copy_(dense.bias)
+    per_tensor = quantize(torch.nn.Sequential(plain))
+    batch = per_tensor(x)
+    assert not all(torch.equal(per_tensor(x[i:i + 1]), batch[i:i + 1]) for i in range(6))
 
 
 def test_vocab_resize_pads_with_minus_inf_and_truncates(llama: LlamaForCausalLM) -> None:

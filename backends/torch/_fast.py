@@ -8,17 +8,38 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PretrainedConfig
 
-__all__ = ["ARCHITECTURES", "Architecture", "DenseLinear", "LlamaStack", "architecture",
+__all__ = ["ARCHITECTURES", "Architecture", "DenseLinear", "LlamaStack", "PreparedLinear", "architecture",
            "attention_mask", "hf_config", "is_supported", "llama_forward", "submodule"]
 
 Linear = Callable[[Tensor], Tensor]
+
+
+@runtime_checkable
+class PreparedLinear(Protocol):
+    """A linear whose input is first prepared (e.g. quantized), once for the linears that share it.
+
+    `linear(x) == linear.apply(linear.prepare(x))`; linears of one layer that read the
+    same input (q, k, v; gate, up) have the same `prepare`, so the forward prepares once.
+    """
+
+    def prepare(self, x: Tensor) -> Any:
+        """The prepared input."""
+        ...
+
+    def apply(self, prepared: Any) -> Tensor:
+        """The output for a prepared input."""
+        ...
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """`apply(prepare(x))`."""
+        ...
 
 
 def _packable(weight: Tensor) -> bool:
@@ -335,6 +356,7 @@ def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Te
     # share a K/V head become rep*T query rows of that head.
     group_mask = mask[:, :, None].expand(batch, 1, rep, width, mask.shape[-1]).reshape(
         batch, 1, rep * width, mask.shape[-1])  # [B, 1, rep*T, C]
+    prepared = isinstance(stack.layers[0].q, PreparedLinear)
     for layer, (keys, values) in zip(stack.layers, buffers, strict=True):
         def write(k: Tensor, v: Tensor, keys: Tensor = keys, values: Tensor = values
                   ) -> tuple[Tensor, Tensor]:
@@ -342,8 +364,18 @@ def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Te
             values.scatter_(2, index, v)
             return keys, values
 
-        def linear(name: str, h: Tensor, layer: LlamaLayer = layer) -> Tensor:
-            return getattr(layer, name)(h)  # type: ignore[no-any-return]
+        # The input last prepared and its preparation: decoder_layer passes one unmodified
+        # tensor to the linears that share it, so identity finds it again within a layer.
+        last: list[Any] = [None, None]
+
+        def linear(name: str, h: Tensor, layer: LlamaLayer = layer, last: list[Any] = last
+                   ) -> Tensor:
+            lin = getattr(layer, name)
+            if not prepared:
+                return lin(h)  # type: ignore[no-any-return]
+            if last[0] is not h:
+                last[:] = [h, lin.prepare(h)]
+            return lin.apply(last[1])  # type: ignore[no-any-return]
 
         x = decoder_layer(x, cos, sin, group_mask, (layer.input_norm, layer.post_norm), linear,
                           write, heads=heads, kv_heads=kv_heads, hd=hd, eps=stack.eps,
