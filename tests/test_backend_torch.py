@@ -238,7 +238,7 @@ def test_create_and_lookup_by_name(llama: LlamaForCausalLM) -> None:
     assert name.endswith(".gguf")
 
 
-# --- the real model (SmolLM2-135M, ~40 s to load once) ---------------------------------------
+# --- the real model (SmolLM2-135M: its GGUF converted once, then a second to load) ------------
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.",
            "List three primary colours:"]
@@ -255,6 +255,39 @@ def _batch(tok: object) -> tuple[torch.Tensor, torch.Tensor]:
     for b, row in enumerate(rows):
         ids[b, : len(row)] = torch.tensor(row)
     return ids, torch.tensor([len(r) for r in rows])
+
+
+@pytest.mark.slow
+def test_the_converted_model_is_the_gguf_bit_for_bit(smol: tuple[HFModel, object]) -> None:
+    """The cached conversion holds the GGUF's float32 weights exactly and the same tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target, tok = smol
+    folder, gguf = loading.default_model_path()
+    assert loading.converted(folder, gguf) is not None  # the session loaded from the cache
+    direct = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+    mine, theirs = target.module.state_dict(), direct.state_dict()
+    assert mine.keys() == theirs.keys()
+    assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+    original = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    chat = [{"role": "user", "content": "Name a colour."}]
+    assert tok.get_vocab() == original.get_vocab()  # type: ignore[attr-defined]
+    assert tok.apply_chat_template(chat, add_generation_prompt=True) == \
+        original.apply_chat_template(chat, add_generation_prompt=True)  # type: ignore[attr-defined]
+    assert tok.eos_token_id == original.eos_token_id  # type: ignore[attr-defined]
+
+
+def test_the_conversion_cache_can_be_off_or_unwritable(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Off, or a root that cannot be created: no conversion, the GGUF is read directly."""
+    folder, gguf = str(tmp_path), "model.gguf"
+    (tmp_path / gguf).write_bytes(b"not read")
+    monkeypatch.setenv(loading.CACHE_ENV, "off")
+    assert loading.cache_root() is None and loading.converted.__wrapped__(folder, gguf) is None
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(loading.CACHE_ENV, str(blocker / "cache"))
+    assert loading.cache_root() == blocker / "cache"
+    assert loading.converted.__wrapped__(folder, gguf) is None
 
 
 @pytest.mark.slow

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
+import shutil
+import tempfile
 import weakref
 from pathlib import Path
 from typing import Any
@@ -21,11 +24,13 @@ from .early_exit import early_exit_draft
 from .model import HFModel
 from .quantized import int8_draft
 
-__all__ = ["DRAFTERS", "default_model_path", "load_drafter", "load_target", "load_tokenizer"]
+__all__ = ["CACHE_ENV", "DRAFTERS", "cache_root", "converted", "default_model_path", "load_drafter",
+           "load_target", "load_tokenizer"]
 
 DEFAULT = "smollm2"
 DRAFTERS = ("int8", "early-exit:N", "lookup", "<model spec>")
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CACHE_ENV = "SPECSAMPLE_MODEL_CACHE"  # where GGUF conversions are kept; "off" disables
 # Where each loaded module came from, so a drafter can check tokenizers.
 _SOURCES: weakref.WeakKeyDictionary[nn.Module, tuple[str, str | None]] = weakref.WeakKeyDictionary()
 
@@ -62,11 +67,66 @@ def _resolve(spec: str) -> tuple[str, str | None]:
                             f"directory or a .gguf file ({path} does not exist or is not one)")
 
 
+def cache_root() -> Path | None:
+    """Where converted GGUF models are kept: $SPECSAMPLE_MODEL_CACHE, else
+    $XDG_CACHE_HOME/specsample (~/.cache/specsample); None when the variable is "off"."""
+    chosen = os.environ.get(CACHE_ENV, "")
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        return Path(chosen).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "specsample"
+
+
+@functools.cache
+def converted(folder: str, gguf: str) -> Path | None:
+    """The GGUF model `folder/gguf` as a float32 safetensors directory with its tokenizer,
+    converted on first use and kept in `cache_root()`; None when the cache is off or not
+    writable (then callers read the GGUF itself).
+
+    Reading a GGUF parses its metadata in Python each time (the model, its config and
+    its tokenizer each read it); the directory loads in a fraction of a second, with
+    the same float32 weights bit for bit and the same tokenizer.
+    """
+    import transformers
+
+    root = cache_root()
+    if root is None:
+        return None
+    source = Path(folder) / gguf
+    stat = source.stat()
+    final = root / f"{source.stem}-{stat.st_size}-{stat.st_mtime_ns}-tf{transformers.__version__}"
+    if (final / "config.json").is_file():
+        return final
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
+    except OSError:
+        return None
+    try:
+        model: Any = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf,
+                                                                       dtype=torch.float32)
+        # The weights are dequantized to float32 on load; what remains of the GGUF
+        # quantizer only forbids saving them.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(scratch)
+        transformers.AutoTokenizer.from_pretrained(folder, gguf_file=gguf).save_pretrained(scratch)
+        scratch.rename(final)  # atomic: a concurrent conversion that finished first wins
+    except OSError:
+        shutil.rmtree(scratch, ignore_errors=True)
+        return final if (final / "config.json").is_file() else None
+    return final
+
+
 @functools.cache
 def _module(folder: str, gguf: str | None, dtype: torch.dtype, device: str) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
-    model: nn.Module = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=dtype)
+    local = converted(folder, gguf) if gguf is not None else None
+    model: nn.Module = (AutoModelForCausalLM.from_pretrained(local, dtype=dtype) if local else
+                        AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=dtype))
     model = model.to(device).eval()
     _SOURCES[model] = (folder, gguf)
     return model
@@ -76,6 +136,9 @@ def _module(folder: str, gguf: str | None, dtype: torch.dtype, device: str) -> n
 def _tokenizer(folder: str, gguf: str | None) -> Any:
     from transformers import AutoTokenizer
 
+    local = converted(folder, gguf) if gguf is not None else None
+    if local:
+        return AutoTokenizer.from_pretrained(local)
     return AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
 
 
