@@ -339,7 +339,8 @@ def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Te
     Args:
         tokens: int64 [B, T].
         positions: int64 [B, T], absolute positions (= cache lengths + t).
-        mask: bool [B, 1, T, C], True where a query may attend a key.
+        mask: bool [B, 1, T, S], True where a query may attend a key: attention reads the
+            first S <= C slots of each buffer (S = C attends them all).
         buffers: per layer (K, V), each [B, H_kv, C, hd].
 
     Returns:
@@ -357,12 +358,13 @@ def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Te
     group_mask = mask[:, :, None].expand(batch, 1, rep, width, mask.shape[-1]).reshape(
         batch, 1, rep * width, mask.shape[-1])  # [B, 1, rep*T, C]
     prepared = isinstance(stack.layers[0].q, PreparedLinear)
+    span = mask.shape[-1]
     for layer, (keys, values) in zip(stack.layers, buffers, strict=True):
         def write(k: Tensor, v: Tensor, keys: Tensor = keys, values: Tensor = values
                   ) -> tuple[Tensor, Tensor]:
             keys.scatter_(2, index, k)
             values.scatter_(2, index, v)
-            return keys, values
+            return keys[:, :, :span], values[:, :, :span]
 
         # The input last prepared and its preparation: decoder_layer passes one unmodified
         # tensor to the linears that share it, so identity finds it again within a layer.

@@ -131,7 +131,8 @@ class HFModel:
             lengths = torch.zeros(batch, dtype=torch.int64, device=self.device)
         return Cache(lengths=lengths, capacity=capacity, buffers=buffers)
 
-    def _check(self, tokens: Any, cache: Any) -> None:
+    def _check(self, tokens: Any, cache: Any) -> int:
+        """Check the inputs; the longest row's cache length."""
         if not isinstance(tokens, Tensor) or tokens.dtype != torch.int64 or tokens.ndim != 2:
             raise TypeError(f"tokens: expected an int64 torch tensor [B, T], got "
                             f"{type(tokens).__name__} {getattr(tokens, 'dtype', '')} with shape "
@@ -148,6 +149,7 @@ class HFModel:
         if low < 0 or high + tokens.shape[1] > cache.capacity:
             raise ValueError(f"cache: lengths + T must lie in [0, {cache.capacity}] (capacity), got "
                              f"lengths in [{low}, {high}] and T = {tokens.shape[1]}")
+        return high
 
     def forward(self, tokens: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
         """Logits [B, T, V] (float32, or float64 for a float64 model) for tokens [B, T].
@@ -156,13 +158,16 @@ class HFModel:
         `cache` (see `specsample.cache`); use the returned one, whose lengths are
         advanced by T.
         """
-        self._check(tokens, cache)
+        high = self._check(tokens, cache)
         check_live(cache)
         width = tokens.shape[1]
         with torch.inference_mode():
             positions = cache.lengths[:, None] + self._slots[:width]  # [B, T]
             window = None if self.stack is None else self.stack.window
-            mask = attention_mask(self._slots[: cache.capacity], positions, window)  # [B, 1, T, C]
+            # The fast path attends the slots in use only (up to the longest row's end),
+            # not the whole capacity: the cost follows the length, not the reservation.
+            span = high + width if self.stack is not None else cache.capacity
+            mask = attention_mask(self._slots[:span], positions, window)  # [B, 1, T, span]
             if self.stack is not None:
                 logits = llama_forward(self.stack, tokens, positions, mask, cache.buffers)
             else:
