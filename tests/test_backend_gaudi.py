@@ -346,3 +346,33 @@ def test_device_check_runs_end_to_end_and_prints_its_table(
         "0 Dynamo graphs, n/a device compilations")
     assert all(float(line[check.WIDTH:]) > 0 for line in table[4:7]), table
     assert status == 0 and bool(bridge.graphs) != lazy and bool(bridge.wrapped) == lazy
+
+
+# -- the front door -----------------------------------------------------------------------------
+
+
+@no_habana
+@pytest.mark.slow
+def test_the_front_door_runs_the_gaudi_engine_from_a_config(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """`specsample.load(config)` with backend "gaudi" (HPU graphs, through the stand-in) runs
+    the static engine and gives the torch backend's greedy text for the same config."""
+    from specsample_backends.torch import loading
+
+    import specsample
+    from specsample import Config
+
+    loading.load_tokenizer("smollm2").save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    vocab = len(loading.load_tokenizer("smollm2"))
+    LlamaForCausalLM(LlamaConfig(**{**TINY, "vocab_size": vocab})).save_pretrained(tmp_path)
+    bridge = install(monkeypatch, Bridge(lazy=True))
+    common = dict(target=str(tmp_path), draft="early-exit:1", temperature=0.0, k=2)
+    gaudi = specsample.load(Config(backend="gaudi", **common, options={  # type: ignore[arg-type]
+        **OPTIONS, "capture": "hpu-graphs"}))
+    eager = specsample.load(Config(backend="torch", **common,  # type: ignore[arg-type]
+                                   options={"dtype": "float64"}))
+    got = gaudi.generate(["Once upon a time"], max_new_tokens=8)
+    want = eager.generate(["Once upon a time"], max_new_tokens=8)
+    assert got.new_tokens(0) == want.new_tokens(0) and got.texts == want.texts
+    assert bridge.calls.count("wrap:RoundStep") == 1 and "mark_step" in bridge.calls
