@@ -58,6 +58,8 @@ def test_models_returns_records_and_writes_them(runner: specsample.Runner, tmp_p
 def test_batch_memory_and_greedy_return_records(runner: specsample.Runner) -> None:
     record = bench.batch(runner, max_new_tokens=3, prompts=bench.BATCH_PROMPTS[:3])
     assert (record["rows"], record["rows_equal"], record["max_new_tokens"]) == (3, 3, 3)  # float64: equal
+    assert record["speedup_vs_plain"] == pytest.approx(
+        record["tokens_per_s_batch"] / record["tokens_per_s_plain_batch"])
     memory = bench.memory(runner, max_new_tokens=30, every=2)
     assert memory["tokens"] == 30 and len(memory["samples"]) >= 2 and memory["temperature"] == 0.7
     report = bench.greedy(runner, bench.GreedyPlan(prompts=2, max_new_tokens=4))

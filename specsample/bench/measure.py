@@ -32,12 +32,14 @@ def rss_mib() -> float:
 
 def batch(runner: Runner, *, max_new_tokens: int = 64, prompts: Sequence[str] = BATCH_PROMPTS,
           progress: Progress = NO_PROGRESS) -> dict[str, Any]:
-    """Greedy: `prompts` as one ragged batch, then each alone; equal rows and the throughput ratio.
+    """Greedy: `prompts` as one ragged batch, plain decoding of the same batch, then each alone.
 
     Every run goes to the runner's backend engine (EOS off, so each row makes `max_new_tokens`).
 
     Returns:
-        A record: rows, rows_equal, tokens/s of both, throughput_ratio, acceptance.
+        A record: rows, rows_equal, tokens/s of the speculative batch, of plain decoding at
+        the same batch size and of batch 1; throughput_ratio (batch over batch 1),
+        speedup_vs_plain (speculative over plain at the same batch size), acceptance.
     """
     check_int("max_new_tokens", max_new_tokens, 1)
     if isinstance(prompts, str) or not prompts or not all(isinstance(p, str) for p in prompts):
@@ -46,10 +48,15 @@ def batch(runner: Runner, *, max_new_tokens: int = 64, prompts: Sequence[str] = 
     kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "params": SamplingParams(temperature=0),
                           "eos_token_id": None}
     runner.generate(rows[:1], **{**kw, "max_new_tokens": 4})  # warm-up
-    progress.stage("batch vs batch 1", len(rows) + 1, "run")
+    runner.generate_plain(rows[:1], **{**kw, "max_new_tokens": 4})
+    progress.stage("batch vs plain and batch 1", len(rows) + 2, "run")
     began = time.perf_counter()
     together = runner.generate(rows, **kw)
     t_batch = time.perf_counter() - began
+    progress.advance(1)
+    began = time.perf_counter()
+    runner.generate_plain(rows, **kw)
+    t_plain = time.perf_counter() - began
     progress.advance(1)
     t_alone, equal = 0.0, 0
     for row, prompt in enumerate(rows):
@@ -62,6 +69,7 @@ def batch(runner: Runner, *, max_new_tokens: int = 64, prompts: Sequence[str] = 
     tokens = len(rows) * max_new_tokens
     return {"rows": len(rows), "rows_equal": equal, "max_new_tokens": max_new_tokens,
             "tokens_per_s_batch": tokens / t_batch, "tokens_per_s_batch1": tokens / t_alone,
+            "tokens_per_s_plain_batch": tokens / t_plain, "speedup_vs_plain": t_plain / t_batch,
             "throughput_ratio": t_alone / t_batch, "acceptance_rate": together.metrics.acceptance_rate,
             "histogram": list(together.metrics.histogram), "k": runner.config.k}
 

@@ -173,7 +173,9 @@ def _batch(runner: Runner, max_new: int | None, path: Path | None, settings: dic
     record["draft"] = settings["draft"]
     print(f"greedy, {record['rows']} ragged prompts x {n} tokens: rows equal to batch 1: "
           f"{record['rows_equal']}/{record['rows']}; batch {record['tokens_per_s_batch']:.1f} tok/s vs "
-          f"batch 1 {record['tokens_per_s_batch1']:.1f} tok/s = {record['throughput_ratio']:.2f}x")
+          f"batch 1 {record['tokens_per_s_batch1']:.1f} tok/s = {record['throughput_ratio']:.2f}x; "
+          f"plain decoding of the same batch {record['tokens_per_s_plain_batch']:.1f} tok/s: "
+          f"speculative {record['speedup_vs_plain']:.2f}x plain")
     _write(path, {"benchmark": "batch", "settings": {**settings, "max_new_tokens": n}, "records": [record]})
     return 0 if record["rows_equal"] == record["rows"] else 1
 
