@@ -311,6 +311,7 @@ def test_settings_merge_as_transformers_does(tiny: Tiny) -> None:
     sampled = hf.settings(own, top_k=0, top_p=1.0, min_p=0.1)
     assert sampled.params == SamplingParams(temperature=0.6, min_p=0.1)  # 0 and 1.0 are off
     assert not hf.settings(own, max_length=30).default_length
+    assert hf.settings(own, max_length=None).new_tokens(9) == 20  # None is unset
 
 
 # --- the real model (SmolLM2-135M) -------------------------------------------------------------

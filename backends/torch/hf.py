@@ -189,7 +189,10 @@ def settings(model: nn.Module, generation_config: GenerationConfig | None = None
     for source, fields in layers:
         values.update({name: (value, source) for name, value in fields.items()})
     _refuse_unsupported(values, defaults)
-    return _settings(values, default_length=all("max_length" not in fields for _, fields in layers))
+    default_length = all(fields.get("max_length") is None for _, fields in layers)
+    if default_length:  # max_length=None is unset, as in transformers
+        values["max_length"] = (defaults["max_length"], "transformers' defaults")
+    return _settings(values, default_length=default_length)
 
 
 def _refuse_unsupported(values: Mapping[str, tuple[Any, str]], defaults: Mapping[str, Any]) -> None:
