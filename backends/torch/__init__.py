@@ -10,11 +10,12 @@ import torch
 from specsample.backend import CoreBackend
 from specsample.protocols import Drafter
 
-from . import loading
+from . import hf, loading
 from .dtypes import DTYPES, dtype_option
+from .hf import generate as generate_like_hf
 from .model import HFModel
 
-__all__ = ["DTYPES", "HFModel", "TorchBackend", "create", "dtype_option"]
+__all__ = ["DTYPES", "HFModel", "TorchBackend", "create", "dtype_option", "generate_like_hf", "hf"]
 _OPTIONS = ("device", "dtype")
 
 
