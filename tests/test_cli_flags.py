@@ -185,3 +185,26 @@ def test_check_checks_the_sampling_setting_given(tmp_path: Path, capsys: pytest.
     main([*tree, "--k", "3", "--temperature", "0.9", "--plot", str(tmp_path / "t.png")])
     out = capsys.readouterr().out
     assert "tree sampler" in out and "K=3" in out and "t0.9 (" in out and "draft noisy:0.2" in out
+
+
+def test_check_runs_the_verifier_the_config_names(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`verifier = "block"` in the config (here the environment) is the rule the check samples."""
+    from specsample.cli import _check
+    from specsample.verify_block import verify_block
+
+    seen: list[object] = []
+    real = _check.tree_samples
+
+    def recording(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs["verifier"])
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_check, "tree_samples", recording)
+    monkeypatch.setenv(f"{ENV_PREFIX}VERIFIER", "block")
+    tree = ["check", *REFERENCE, "--sampler", "tree", "--draft", "noisy:0.2", "--n", "100", "--k", "2",
+            "--temperature", "0.9"]
+    assert main(tree) == 0
+    assert "verifier block" in capsys.readouterr().out and seen == [verify_block]
+    main([*tree, "--broken", "resample-from-p"])
+    assert "verifier resample-from-p" in capsys.readouterr().out and seen[-1] is not verify_block

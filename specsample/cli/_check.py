@@ -25,7 +25,7 @@ from specsample.testing import (
     samples_needed_two_sample,
     tree_samples,
 )
-from specsample.verify import verify
+from specsample.verifiers import get_verifier
 from specsample.warp import warp
 
 PROMPT = "The best thing about summer is"  # a first token with spread at T=1 and under top-p 0.9
@@ -114,7 +114,7 @@ def _engine(runner: Runner, args: argparse.Namespace, prompt: Any, params: Sampl
     rows = runner.backend.asarray(np.zeros((min(args.rows or ROWS, args.n), 1), dtype=np.int64)) + prompt
     common = {"prompts": rows, "max_new_tokens": 3, "params": params, "eos_token_id": None}
     spec = _draw(runner.generate, args.n, len(rows), bar, seed=runner.config.seed,
-                 verifier="token" if args.broken is None else verifier, **common)
+                 verifier=runner.config.verifier if args.broken is None else verifier, **common)
     plain = _draw(runner.generate_plain, args.n, len(rows), bar, seed=runner.config.seed + 10**6, **common)
     return spec, plain
 
@@ -207,13 +207,14 @@ def run(args: argparse.Namespace) -> int:
     runner = load(config)
     backend, tokenizer = runner.backend, runner.tokenizer
     prompt = backend.asarray([tokenizer.encode(args.prompt)])  # raw text: no chat template
-    verifier = verify if args.broken is None else broken.VERIFIERS[args.broken]
+    verifier = get_verifier(config.verifier) if args.broken is None else broken.VERIFIERS[args.broken]
+    rule = args.broken or config.verifier
     mode = _mode(args, runner)
     if args.n < 100:
         raise ValueError(f"--n: expected >= 100 samples per method, got {args.n} (from --tv "
                          f"{args.tv} and --alpha {args.alpha})")
     print(f"check: target {config.target or 'default'}, draft {config.draft or 'default'}, "
-          f"backend {config.backend}, K={config.k}, {mode}, prompt {args.prompt!r}, "
+          f"backend {config.backend}, K={config.k}, verifier {rule}, {mode}, prompt {args.prompt!r}, "
           f"n={args.n:,} per method, alpha={args.alpha}")
     print(f"  two-sample size to detect TV {args.tv} with both error rates <= {args.alpha}: "
           f"{samples_needed_two_sample(args.tv, m=BINS, alpha=args.alpha, beta=args.alpha):,} "
