@@ -144,7 +144,8 @@ def _mode(args: argparse.Namespace, runner: Runner) -> str:
     own_engine = type(runner.backend).generate is not runs_core  # e.g. the static engine
     if args.sampler == "auto":
         args.sampler = "engine" if own_engine else "tree"
-    rule = "the core's verify" if args.broken is None else f"BROKEN rule {args.broken!r}"
+    rule = (f"the core's {config.verifier} rule" if args.broken is None
+            else f"BROKEN rule {args.broken!r}")
     if args.sampler == "tree":
         _constant_k(config.k)
         if not callable(getattr(drafter, "laws", None)):
