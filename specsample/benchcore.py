@@ -13,7 +13,7 @@ from specsample.params import SamplingParams
 from specsample.verify import verify
 from specsample.warp import warp
 
-__all__ = ["bench_verify", "bench_warp"]
+__all__ = ["bench_verify", "bench_warp", "timings"]
 
 
 def _inputs(batch: int, k: int, vocab: int, seed: int) -> tuple[np.ndarray, ...]:
@@ -43,7 +43,8 @@ def _caller(args: tuple[Any, ...], check: bool) -> Callable[[], object]:
     return lambda: verify(*args, check=check)
 
 
-def _time(call: Callable[[], object], repeats: int) -> list[float]:
+def timings(call: Callable[[], object], repeats: int) -> list[float]:
+    """Seconds of `repeats` calls of `call`, after one warm-up call."""
     call()  # warm-up
     out = []
     for _ in range(repeats):
@@ -76,7 +77,7 @@ def bench_verify(*, batches: Iterable[int] = (1, 8, 64), ks: Iterable[int] = (4,
                 if progress is not None:
                     progress(f"{library} B={batch} K={k}")
                 args = _convert(_inputs(batch, k, vocab, seed=batch * 100 + k), library)
-                times = sorted(_time(_caller(args, check), repeats))
+                times = sorted(timings(_caller(args, check), repeats))
                 records.append({"library": library, "batch": batch, "k": k, "vocab": vocab,
                                 "check": check, "median_ms": 1e3 * statistics.median(times),
                                 "p90_ms": 1e3 * times[int(0.9 * (len(times) - 1))],
@@ -133,7 +134,7 @@ def bench_warp(*, batches: Iterable[int] = (1, 8, 64), rows: int = 5, vocab: int
             logits = _logits(normal, library)  # [B, rows, V]
             for name, params in WARPS.items():
                 call = _softmax_of(logits) if params is None else _warp_caller(logits, params, check)
-                times = sorted(_time(call, repeats))
+                times = sorted(timings(call, repeats))
                 records.append({"library": library, "batch": batch, "rows": rows, "vocab": vocab,
                                 "spread": spread, "warp": name, "check": check,
                                 "median_ms": 1e3 * statistics.median(times),

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 from specsample._array import check_int
+from specsample.benchcore import timings
 from specsample.cache import rollback
 from specsample.config import Config
 from specsample.params import SamplingParams
@@ -38,13 +38,7 @@ def _sync(value: Any) -> None:
 
 
 def _timed(step: Callable[[], None], repeats: int) -> float:
-    step()  # warm-up
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
+    return statistics.median(timings(step, repeats))
 
 
 def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: SamplingParams, *,
