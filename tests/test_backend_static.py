@@ -262,6 +262,8 @@ def test_options_and_drafters_are_checked(models) -> None:  # type: ignore[no-un
         create_cpu({"buckets": [128, 64]})
     with pytest.raises(ValueError, match="sync_every"):
         create_cpu({"sync_every": 0})
+    with pytest.raises(ValueError, match=r"compiler: expected one of \['inductor', 'aot_eager'\], got 'tvm'"):
+        create_cpu({"compiler": "tvm"})
     whole_round = get_backend("static-cpu", {"buckets": BUCKETS, "pieces": False})
     target, _ = models
     from specsample_backends.torch.quantized import int8_draft
@@ -280,7 +282,9 @@ def test_int8_draft_runs_in_pieces_with_the_eager_tokens() -> None:
     torch.manual_seed(1)
     target = HFModel(LlamaForCausalLM(LlamaConfig(**TINY)).eval())  # float32: packed linears
     drafter = ModelDrafter(int8_draft(target))
-    backend = create_cpu({"buckets": BUCKETS})
+    # aot_eager: the opaque op is traced and captured exactly as under inductor (which
+    # calls it as an extern kernel), without a second cold float32 compile of the pieces.
+    backend = create_cpu({"buckets": BUCKETS, "compiler": "aot_eager"})
     ids, lengths = _ragged()
     run = dict(max_new_tokens=12, k=3, seed=5, params=PARAMS[0], prompt_lengths=lengths)
     want = generate(target, drafter, ids, **run)  # type: ignore[arg-type]

@@ -23,7 +23,9 @@ from .pieces import RULES
 
 __all__ = ["DTYPES", "CompileCapture", "StaticBackend", "create_cpu", "engine_options"]
 
-OPTIONS = ("buckets", "dtype", "sync_every", "ks", "prefill_chunk", "strict", "pieces", "cpp_wrapper")
+OPTIONS = ("buckets", "dtype", "sync_every", "ks", "prefill_chunk", "strict", "pieces", "cpp_wrapper",
+           "compiler")
+COMPILERS = ("inductor", "aot_eager")
 
 
 class CompileCapture:
@@ -193,13 +195,19 @@ def create_cpu(options: Mapping[str, object]) -> StaticBackend:
     Options: buckets (default 256 ... 4096), ks, sync_every, prefill_chunk, dtype
     ("float32", "float64", "bfloat16"), strict (default True: a recompile
     after warm-up raises), pieces (default True: per-layer graphs; False: the
-    whole round as one graph), cpp_wrapper (default False).
+    whole round as one graph), cpp_wrapper (default False), compiler ("inductor",
+    the default, or "aot_eager": the same graphs run with eager kernels, which
+    compile in seconds rather than minutes; for debugging numerics and quick tests).
     """
     flags: dict[str, Any] = {name: options.get(name, default) for name, default in
              (("strict", True), ("pieces", True), ("cpp_wrapper", False))}
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise ValueError(f"{name}: expected a bool, got {value!r}")
+    compiler = options.get("compiler", "inductor")
+    if compiler not in COMPILERS:
+        raise ValueError(f"compiler: expected one of {list(COMPILERS)}, got {compiler!r}")
     return StaticBackend(name="static-cpu", device=torch.device("cpu"),
                          dtype=dtype_option(options.get("dtype", "float32")),
-                         capture=CompileCapture(**flags), options=engine_options(options, OPTIONS))
+                         capture=CompileCapture(backend=str(compiler), **flags),
+                         options=engine_options(options, OPTIONS))
