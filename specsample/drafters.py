@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from specsample._array import Array, device, namespace
+from specsample._array import Array, check_shape, device, namespace
 from specsample.cache import Cache, rollback
 from specsample.params import SamplingParams
 from specsample.protocols import Model, Proposal
 from specsample.sample import sample
 from specsample.warp import warp
 
-__all__ = ["DraftState", "ModelDrafter"]
+__all__ = ["DraftState", "ModelDrafter", "confidence_lengths"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -21,23 +22,74 @@ class DraftState:
     `window` is 1 after the prompt and 2 after every round: the cache is rolled
     back to L - 2 entries so that rows which accepted all K drafts (whose
     cache lacks the last draft) and rows that did not take one static shape.
+    A drafter that lets the cache fall further behind (`HybridDrafter`, whose
+    copying rounds skip the model) passes a wider window: row b's cache then
+    holds max(L_b - window, 0) entries.
     """
 
     cache: Cache
     window: int
 
 
+def confidence_lengths(confidence: Array, threshold: float) -> Array:
+    """Per row, the drafts kept by a confidence threshold: int64 [B] in [1, K].
+
+    A row keeps drafts up to and including the first one whose confidence is below
+    `threshold` (all K if none is). The low-confidence draft is kept: the decision to
+    stop after draft i reads drafts 1..i only, a stopping time of the draft process,
+    so the output law is unchanged (proofs/stopping.md). Dropping that draft would make
+    the kept drafts' law differ from the q they are verified against.
+
+    Args:
+        confidence: [B, K], the draft's probability of each drafted token.
+        threshold: in (0, 1).
+    """
+    xp = namespace(confidence)
+    check_shape("confidence", confidence, (None, None))
+    if _check_threshold(threshold, optional=False) is None or confidence.shape[1] < 1:
+        raise ValueError(f"confidence: expected at least one draft per row, got shape "
+                         f"{list(confidence.shape)}")
+    k = int(confidence.shape[1])
+    slots = xp.arange(k, dtype=xp.int64, device=device(confidence))[None, :]
+    return xp.min(xp.where(confidence < threshold, slots + 1, k), axis=1)
+
+
+def _check_threshold(threshold: float | None, *, optional: bool = True) -> float | None:
+    if threshold is None and optional:
+        return None
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
+        raise ValueError(f"threshold: expected {'None or ' if optional else ''}a number in (0, 1), "
+                         f"got {threshold!r}")
+    return float(threshold)
+
+
+def _token_probability(xp: Any, logits: Array, x: Array) -> Array:
+    """softmax(logits)[b, x[b]] at temperature 1: [B] (float64 where the logits are)."""
+    top = xp.max(logits, axis=-1, keepdims=True)
+    log_total = xp.log(xp.sum(xp.exp(logits - top), axis=-1))  # [B]
+    picked = xp.take_along_axis(logits, x[:, None], axis=-1)[:, 0] - top[:, 0]
+    return xp.exp(picked - log_total)
+
+
 class ModelDrafter:
     """Draft K tokens autoregressively from a draft `Model` (the law q is returned).
 
+    With a `threshold`, a row stops drafting after the first draft whose confidence
+    (the draft model's softmax probability of that token at temperature 1, as
+    transformers' `assistant_confidence_threshold` reads it, so that it means the same
+    at T = 0) falls below it; the round stops drafting once every row has stopped, and
+    each row verifies only its own drafts (`Proposal.lengths`). See `confidence_lengths`.
+
     Args:
         model: the draft model; its vocabulary must equal the target's.
+        threshold: None (always K drafts) or a confidence in (0, 1).
     """
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, *, threshold: float | None = None) -> None:
         if not isinstance(model, Model):
             raise TypeError(f"model: expected a specsample Model, got {type(model).__name__}")
         self.model = model
+        self.threshold = _check_threshold(threshold)
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> DraftState:
         """Prefill the draft cache with each prompt but its last token."""
@@ -47,24 +99,53 @@ class ModelDrafter:
             _, cache = self.model.forward(tokens[:, : width - 1], cache)
         return DraftState(cache=rollback(cache, lengths - 1), window=1)
 
+    def _feed(self, state: DraftState, tokens: Array, lengths: Array) -> tuple[Array, Cache]:
+        """Feed each row's last `window` committed tokens: logits at its last one [B, V], and
+        the cache holding all L committed tokens."""
+        xp = namespace(tokens)
+        first = xp.clip(lengths - state.window, min=0)  # [B]
+        span = first[:, None] + xp.arange(state.window, dtype=xp.int64, device=device(tokens))[None, :]
+        feed = xp.take_along_axis(tokens, xp.clip(span, max=int(tokens.shape[1]) - 1), axis=1)
+        logits, cache = self.model.forward(feed, rollback(state.cache, first))  # [B, window, V]
+        at = xp.broadcast_to((lengths - 1 - first)[:, None, None], (logits.shape[0], 1, logits.shape[2]))
+        # A row shorter than the window fed tokens past its end: cut them off again.
+        return xp.take_along_axis(logits, at, axis=1)[:, 0, :], rollback(cache, lengths)
+
     def propose(self, state: DraftState, tokens: Array, lengths: Array, k: int,
                 params: SamplingParams, uniforms: Array) -> Proposal:
-        """Sample k tokens from q, feeding each back; returns q [B, k, V]."""
+        """Sample k tokens from q, feeding each back; returns q [B, k', V].
+
+        k' = k without a threshold; with one, the longest row's length (`Proposal.lengths`).
+        """
         xp = namespace(tokens)
-        span = xp.arange(state.window, dtype=xp.int64, device=device(tokens))[None, :]
-        span = xp.clip(span + (lengths - state.window)[:, None], min=0)  # [B, window]
-        feed = xp.take_along_axis(tokens, span, axis=1)  # [B, window]
-        cache = state.cache
-        drafted, laws = [], []
+        logits, cache = self._feed(state, tokens, lengths)
+        drafted: list[Array] = []
+        laws: list[Array] = []
+        sure: list[Array] = []
+        stopped = None
         for i in range(k):
-            logits, cache = self.model.forward(feed, cache)
-            law, q = self.laws(logits[:, -1, :], params, check=i == 0)  # [B, V] each
+            if i:
+                step, cache = self.model.forward(drafted[-1][:, None], cache)
+                logits = step[:, -1, :]
+            law, q = self.laws(logits, params, check=i == 0)  # [B, V] each
             x = sample(law, uniforms[:, i], check=False)  # [B]
             drafted.append(x)
             laws.append(q)
-            feed = x[:, None]
+            if self.threshold is not None:
+                sure.append(_token_probability(xp, logits, x))
+                low = sure[-1] < self.threshold
+                stopped = low if stopped is None else stopped | low
+                if i + 1 < k and bool(xp.all(stopped)):  # no row drafts on: save the forwards
+                    break
+        lengths_kept = None
+        if self.threshold is not None:
+            lengths_kept = self.kept(xp.stack(sure, axis=1), self.threshold)
         return Proposal(tokens=xp.stack(drafted, axis=1), probs=xp.stack(laws, axis=1),
-                        state=DraftState(cache=cache, window=state.window))
+                        state=DraftState(cache=cache, window=state.window), lengths=lengths_kept)
+
+    def kept(self, confidence: Array, threshold: float) -> Array:
+        """The drafts each row keeps given their confidences [B, k']: `confidence_lengths`."""
+        return confidence_lengths(confidence, threshold)
 
     def laws(self, logits: Array, params: SamplingParams, *, check: bool) -> tuple[Array, Array]:
         """The law to sample from and the law q to report: the same, warp(logits)."""

@@ -152,10 +152,10 @@ def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOption
                                    eos=run.eos_token_id, check=run.check, verifier=verifier,
                                    draft_lengths=draft_lengths)
         counts = host_ints(xp.concat([xp.astype(a, xp.int64) for a in (
-            result.verdict.num_accepted, result.emitted, result.active)]))
+            result.verdict.num_accepted, result.emitted, result.active, result.drafted)]))
         metrics = tally(metrics, k=k, accepted=counts[:batch], emitted=counts[batch:2 * batch],
-                        active=[bool(v) for v in counts[2 * batch:]],
-                        elapsed_s=time.perf_counter() - began)
+                        active=[bool(v) for v in counts[2 * batch:3 * batch]],
+                        elapsed_s=time.perf_counter() - began, drafted=counts[3 * batch:])
         yield Step(index=index, k=k, result=result, state=state, metrics=metrics)
         index += 1
 

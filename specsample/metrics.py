@@ -139,21 +139,26 @@ def _add_at(counts: tuple[int, ...], index: int, amount: int) -> tuple[int, ...]
 
 
 def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
-          active: list[bool], elapsed_s: float) -> Metrics:
-    """Add one round (per-row accepted and emitted counts) to `metrics`."""
+          active: list[bool], elapsed_s: float, drafted: list[int] | None = None) -> Metrics:
+    """Add one round (per-row accepted and emitted counts) to `metrics`.
+
+    `drafted` gives the drafts each row verified when rows differ (default: k each); a row
+    that accepted all of its own drafts saw no rejection.
+    """
     histogram = metrics.histogram
     rows = [i for i, a in enumerate(active) if a]
+    own = [k] * len(active) if drafted is None else drafted
     for i in rows if k >= 1 else []:
         histogram = _add_at(histogram, accepted[i], 1)
     return dataclasses.replace(
         metrics,
         rounds=metrics.rounds + 1,
         row_rounds=metrics.row_rounds + len(rows),
-        drafted=metrics.drafted + k * len(rows),
+        drafted=metrics.drafted + sum(own[i] for i in rows),
         accepted=metrics.accepted + sum(accepted[i] for i in rows),
         emitted=metrics.emitted + sum(emitted[i] for i in rows),
         histogram=histogram,
-        full_rounds=metrics.full_rounds + sum(1 for i in rows if accepted[i] == k),
+        full_rounds=metrics.full_rounds + sum(1 for i in rows if accepted[i] == own[i]),
         k_counts=_add_at(metrics.k_counts, k, 1),
         elapsed_s=metrics.elapsed_s + elapsed_s,
     )

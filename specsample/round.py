@@ -9,7 +9,7 @@ from typing import Any
 from specsample._array import Array, check_int, check_shape, device, namespace
 from specsample.cache import Cache, check_live, rollback
 from specsample.params import SamplingParams
-from specsample.protocols import Drafter, Model
+from specsample.protocols import Drafter, Model, Proposal
 from specsample.sample import sample
 from specsample.verify import Verdict, verify
 from specsample.warp import warp
@@ -46,6 +46,7 @@ class RoundResult:
     verdict: Verdict
     emitted: Array  # int64 [B]; 0 for rows that were already done
     active: Array  # bool [B]; rows that took part in this round
+    drafted: Array  # int64 [B]; the drafts each row verified (0 in a plain step)
 
 
 def start(target: Model, drafter: Drafter, prompt: Array, prompt_lengths: Array, *,
@@ -114,7 +115,10 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
         verifier: the acceptance rule, `verify` unless studying another one
             (the statistical tests swap in broken rules to show they are caught).
         draft_lengths: int [B] in [0, k] or None: row b verifies only its first L_b
-            drafts (see `verify`); the drafter chose them from committed tokens.
+            drafts (see `verify`); the drafter chose them from committed tokens. A
+            drafter may shorten rows further while drafting (`Proposal.lengths`) and
+            stop early: the round then verifies the k' <= k drafts it made, with
+            `uniforms[:, k:k + k' + 1]`.
 
     Raises:
         ConsumedCacheError: `state` was already used for a round (its caches were
@@ -132,17 +136,23 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
         logits, cache = target.forward(last, state.target_cache)
         final = sample(warp(logits[:, 0, :], params, check=check), uniforms[:, 0], check=check)
         verdict = Verdict(tokens=final[:, None], num_accepted=xp.zeros_like(state.lengths))
-        draft_state = None
+        draft_state, drafted = None, xp.zeros_like(state.lengths)
     else:
         proposal = drafter.propose(state.draft_state, state.tokens, state.lengths, k, params,
                                    uniforms[:, :k])
+        made = _drafts_made(proposal, k)
+        if proposal.lengths is not None:
+            draft_lengths = proposal.lengths if draft_lengths is None else xp.minimum(
+                draft_lengths, proposal.lengths)
         logits, cache = target.forward(xp.concat([last, proposal.tokens], axis=1),
                                        state.target_cache)
         target_probs = warp(logits, params, check=check)  # [B, K+1, V]
         extra = {} if draft_lengths is None else {"draft_lengths": draft_lengths}
-        verdict = verifier(proposal.tokens, proposal.probs, target_probs, uniforms[:, k:],
-                           check=check, **extra)
+        verdict = verifier(proposal.tokens, proposal.probs, target_probs,
+                           uniforms[:, k:k + made + 1], check=check, **extra)
         draft_state = proposal.state
+        drafted = xp.full_like(state.lengths, made) if draft_lengths is None else \
+            xp.astype(draft_lengths, xp.int64)
     emitted = _emitted(xp, verdict, state, eos)
     tokens = _write(xp, state.tokens, state.lengths, verdict.tokens, emitted)
     lengths = state.lengths + emitted
@@ -152,7 +162,17 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
     new = State(tokens=tokens, lengths=lengths, stop_lengths=state.stop_lengths,
                 target_cache=rollback(cache, lengths - 1),
                 draft_state=drafter.advance(draft_state, lengths), done=done)
-    return new, RoundResult(verdict=verdict, emitted=emitted, active=~state.done)
+    return new, RoundResult(verdict=verdict, emitted=emitted, active=~state.done, drafted=drafted)
+
+
+def _drafts_made(proposal: Proposal, k: int) -> int:
+    """k', the drafts per row in `proposal`: k, or fewer when the drafter stopped early."""
+    made = int(proposal.tokens.shape[1]) if getattr(proposal.tokens, "ndim", 0) == 2 else -1
+    if not 1 <= made <= k or (proposal.lengths is None and made != k):
+        raise ValueError(f"proposal.tokens: expected [B, k'] drafts with 1 <= k' <= k = {k} "
+                         f"(k' = k unless proposal.lengths says how many each row keeps), got shape "
+                         f"{list(getattr(proposal.tokens, 'shape', []))}")
+    return made
 
 
 def _window(xp: Any, tokens: Array, lengths: Array, count: Array) -> Array:

@@ -233,7 +233,8 @@ def test_load_drafter_lookup() -> None:
 def test_load_drafter_errors() -> None:
     backend = create({})
     target = random_ngram(4)
-    with pytest.raises(ValueError, match=r"draft: expected 'noisy:E', 'lookup' or 'ngram:...', got 'medusa'"):
+    with pytest.raises(ValueError, match=r"draft: expected 'noisy:E', 'lookup', 'ngram:\.\.\.', "
+                       r"'hybrid\[:NAME\]' or NAME@THRESHOLD, got 'medusa'"):
         backend.load_drafter("medusa", target)
     with pytest.raises(ValueError, match="weight"):
         backend.load_drafter("noisy:1.5", target)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from specsample_backends.reference import NGramModel, random_ngram
 
-from specsample.drafters import DraftState, ModelDrafter
+from specsample.drafters import DraftState, ModelDrafter, confidence_lengths
 from specsample.params import SamplingParams
 from specsample.protocols import Drafter
 from specsample.rng import uniforms
@@ -156,3 +156,55 @@ def test_advance_clips_at_zero(model: NGramModel) -> None:
     advanced = drafter.advance(state, np.array([1, 3], dtype=np.int64))
     assert advanced.cache.lengths.tolist() == [0, 1]
     assert advanced.window == 2
+
+
+# ---------------------------------------------------------------- confidence threshold
+
+def test_confidence_lengths_keep_the_first_low_draft() -> None:
+    conf = np.array([[0.9, 0.2, 0.1], [0.1, 0.9, 0.9], [0.9, 0.8, 0.7], [0.5, 0.5, 0.49]])
+    assert confidence_lengths(conf, 0.5).tolist() == [2, 1, 3, 3]
+    # Negative control: the rule's boundary is strict (a draft at exactly the threshold stays).
+    assert confidence_lengths(np.array([[0.5, 0.4]]), 0.5).tolist() == [2]
+
+
+@pytest.mark.parametrize("threshold", [0, 1, -0.1, 1.5, True, "0.4", float("nan")])
+def test_a_threshold_outside_the_open_interval_is_a_clear_error(model: NGramModel, threshold) -> None:
+    with pytest.raises(ValueError, match="threshold: expected None or a number in \\(0, 1\\)"):
+        ModelDrafter(model, threshold=threshold)
+    with pytest.raises(ValueError, match="threshold: expected a number in \\(0, 1\\)"):
+        confidence_lengths(np.ones((1, 2)), threshold)
+
+
+def test_thresholded_drafts_stop_per_row_and_the_round_stops_when_all_have(model: NGramModel) -> None:
+    tokens, lengths = _prompt([[1, 2, 3], [4, 5], [0, 1, 2, 3, 4]])
+    plain, sure = ModelDrafter(model), ModelDrafter(model, threshold=0.25)
+    u = uniforms(3, 0, 3, 6, like=tokens)
+    full = plain.propose(plain.start(tokens, lengths, CAPACITY), tokens, lengths, 6, SamplingParams(), u)
+    cut = sure.propose(sure.start(tokens, lengths, CAPACITY), tokens, lengths, 6, SamplingParams(), u)
+    assert cut.lengths is not None and full.lengths is None
+    made = cut.tokens.shape[1]
+    # The same uniforms give the same drafts, up to where drafting stopped.
+    np.testing.assert_array_equal(cut.tokens, full.tokens[:, :made])
+    np.testing.assert_allclose(cut.probs, full.probs[:, :made])
+    # Each row keeps drafts up to its first one with q(x) < 0.25 (q is the temperature-1 law).
+    conf = np.take_along_axis(full.probs, full.tokens[..., None], axis=-1)[..., 0]
+    expected = confidence_lengths(conf, 0.25)
+    np.testing.assert_array_equal(cut.lengths, expected)
+    assert made == expected.max() and len(set(expected.tolist())) > 1  # rows differ
+
+
+def test_thresholded_drafts_reach_the_round(model: NGramModel) -> None:
+    from specsample.round import round_step, start
+
+    tokens, lengths = _prompt([[1, 2, 3], [4, 5], [0, 1, 2, 3, 4]])
+    drafter = ModelDrafter(model, threshold=0.25)
+    state = start(model, drafter, tokens[:, :5], lengths, capacity=CAPACITY, stop_lengths=lengths + 20)
+    seen = set()
+    for index in range(6):
+        state, result = round_step(state, model, drafter, k=4, params=SamplingParams(),
+                                   uniforms=uniforms(5, index, 3, 9, like=tokens))
+        # p = q here: every kept draft is accepted, and nothing past a row's own length.
+        active = result.active
+        np.testing.assert_array_equal(result.verdict.num_accepted[active], result.drafted[active])
+        seen.update(result.drafted[active].tolist())
+    assert len(seen) > 1

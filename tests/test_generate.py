@@ -80,6 +80,20 @@ def test_prompt_lookup_drafts_keep_the_law():
     assert result.passed, str(result)
 
 
+@pytest.mark.parametrize(("draft", "k", "seed"), [("noisy:0.5@0.5", 3, 14), ("hybrid", 2, 15),
+                                                  ("hybrid@0.5", 3, 16)])
+def test_thresholds_and_hybrid_drafts_keep_the_law(draft, k, seed):
+    """A confidence threshold stops rows at different lengths (a stopping time of the draft);
+    the hybrid copies where the context repeats and drafts from the model elsewhere. Its
+    negative control, a threshold that drops the low-confidence draft, is in
+    test_negative_controls.py."""
+    target, _ = models()
+    drafter = get_backend("reference").load_drafter(draft, target)
+    samples = first_three(target, drafter, rows=ROWS, params=SamplingParams(), k=k, seed=seed)
+    result = goodness_of_fit(samples, expected_law(target, SamplingParams()))
+    assert result.passed, str(result)
+
+
 def test_plain_sampling_follows_the_same_law():
     target, _ = models()
     prompt = np.tile(np.array(PROMPT), (ROWS, 1))

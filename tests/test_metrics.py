@@ -177,3 +177,15 @@ def test_as_dict_is_json_serialisable() -> None:
     assert decoded["mean_tokens_per_round"] == pytest.approx(2.0)
     assert decoded["tokens_per_s"] == pytest.approx(40.0)
     assert decoded["mean_k"] == pytest.approx(2.0)
+
+
+def test_tally_counts_each_rows_own_draft_length() -> None:
+    """A row that verified 2 drafts and accepted both saw no rejection, in a round with K = 4;
+    a row with no drafts (a plain step inside the round) saw none either."""
+    m = tally(Metrics(), k=4, accepted=[2, 1, 0, 4], emitted=[3, 2, 1, 5], active=[True] * 4,
+              elapsed_s=1.0, drafted=[2, 3, 0, 4])
+    assert m.drafted == 9 and m.accepted == 7 and m.full_rounds == 3
+    assert m.alpha == 7 / (7 + 1)  # one rejection (row 1)
+    same_k = tally(Metrics(), k=4, accepted=[2, 1, 0, 4], emitted=[3, 2, 1, 5], active=[True] * 4,
+                   elapsed_s=1.0)
+    assert same_k.drafted == 16 and same_k.full_rounds == 1  # negative control: K for every row

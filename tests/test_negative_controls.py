@@ -44,6 +44,7 @@ def test_never_accepting_is_slow_but_exact():
     ("raw-logits-q", SamplingParams(top_k=2)),
     ("argmax-draft-softmax-q", SamplingParams()),
     ("temperature-in-verify-only", SamplingParams(temperature=0.5)),
+    ("drop-low-confidence", SamplingParams()),
 ])
 def test_drafters_that_misreport_q_are_rejected(name, params):
     target, draft = models()

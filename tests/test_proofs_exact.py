@@ -80,3 +80,29 @@ def test_verify_block_accepts_at_least_as_many_drafts_as_verify(case):
         assert block == token
     else:
         assert block > token
+
+
+# --- per-row draft length from the draft's own confidence (a stopping time) -------------------
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+@pytest.mark.parametrize("case", [(3, 2, 2, 3, False), (3, 2, 3, 5, False)], ids=str)
+def test_a_confidence_threshold_is_exact(case, rule):
+    # The implementation's `confidence_lengths` decides each row's length from the drafts'
+    # probabilities; at THRESHOLD the paths of these cases stop after 1, 2 or 3 drafts.
+    _, cuts = checker.RULES[f"{rule}, confidence threshold"]
+    lengths = []
+
+    def recorded(drafts, q, p):
+        out = checker.confidence_rule(checker.THRESHOLD)(drafts, q, p)
+        lengths.extend(out.tolist())
+        return out
+
+    plain = verify if rule == "token" else verify_block
+    assert checker.check(*case, verifier=checker.stopping(recorded, plain), cuts=cuts)
+    assert len(set(lengths)) == case[2], "every length 1..K must occur for the check to bite"
+
+
+@pytest.mark.parametrize("rule", [checker.dropping_rule(checker.THRESHOLD), checker.peeking_rule],
+                         ids=["drops-the-low-draft", "peeks-at-the-target"])
+def test_thresholds_that_drop_or_peek_fail_the_exact_check(rule):
+    assert not checker.check(3, 2, 2, 3, False, verifier=checker.stopping(rule))

@@ -10,6 +10,7 @@ from specsample_backends.reference.ngram import NGramModel, random_ngram
 
 from specsample.backend import CoreBackend
 from specsample.drafters import ModelDrafter
+from specsample.hybrid import compose_drafter
 from specsample.protocols import Drafter, Model
 
 __all__ = ["ReferenceBackend", "ToyTokenizer", "create", "parse_spec"]
@@ -91,8 +92,12 @@ class ReferenceBackend(CoreBackend):
         return ToyTokenizer(int(parse_spec(spec or DEFAULT_TARGET)["vocab"]))
 
     def load_drafter(self, name: str | None, target: Model) -> Drafter:
-        """'noisy:E' (the target's table mixed with E of another), 'lookup', or an ngram spec."""
-        name = name or DEFAULT_DRAFT
+        """'noisy:E' (the target's table mixed with E of another), 'lookup', an ngram spec,
+        'hybrid[:NAME]' or a model draft's name with '@T' (`specsample.hybrid.compose_drafter`)."""
+        return compose_drafter(name or DEFAULT_DRAFT, lambda inner: self._named_drafter(inner, target),
+                               default_model=DEFAULT_DRAFT)
+
+    def _named_drafter(self, name: str, target: Model) -> Drafter:
         if name == "lookup":
             from specsample.lookup import PromptLookupDrafter
 
@@ -101,7 +106,8 @@ class ReferenceBackend(CoreBackend):
             return ModelDrafter(noisy(target, float(name.split(":", 1)[1])))
         if name.startswith("ngram"):
             return ModelDrafter(self.load_target(name))
-        raise ValueError(f"draft: expected 'noisy:E', 'lookup' or 'ngram:...', got {name!r}")
+        raise ValueError(f"draft: expected 'noisy:E', 'lookup', 'ngram:...', 'hybrid[:NAME]' or "
+                         f"NAME@THRESHOLD, got {name!r}")
 
 
 def noisy(target: NGramModel, weight: float, *, seed: int = 12345) -> NGramModel:

@@ -292,6 +292,6 @@ class Engine:
             metrics = tally(metrics, k=k, accepted=rows[:batch], emitted=rows[batch: 2 * batch],
                             active=[bool(a) for a in rows[2 * batch:]], elapsed_s=elapsed)
             result = RoundResult(verdict=Verdict(tokens=verdict, num_accepted=n), emitted=emitted,
-                                 active=active)
+                                 active=active, drafted=torch.full_like(n, k))
             steps.append(Step(index=index, k=k, result=result, state=state, metrics=metrics))
         return bool(host[-1]), steps, metrics

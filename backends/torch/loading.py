@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from specsample.drafters import ModelDrafter
+from specsample.hybrid import compose_drafter
 from specsample.lookup import PromptLookupDrafter
 from specsample.protocols import Drafter
 
@@ -28,7 +29,7 @@ __all__ = ["CACHE_ENV", "DRAFTERS", "cache_root", "converted", "default_model_pa
            "load_target", "load_tokenizer"]
 
 DEFAULT = "smollm2"
-DRAFTERS = ("int8", "early-exit:N", "lookup", "<model spec>")
+DRAFTERS = ("int8", "early-exit:N", "lookup", "hybrid[:NAME]", "NAME@THRESHOLD", "<model spec>")
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "SPECSAMPLE_MODEL_CACHE"  # where GGUF conversions are kept; "off" disables
 # Where each loaded module came from, so a drafter can check tokenizers.
@@ -157,14 +158,20 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) ->
 
     Args:
         name: "int8" (quantized self-draft), "early-exit:N" (first N layers),
-            "lookup" (prompt lookup), or a model spec as for `load_target`
-            (a separate draft model; its tokenizer must match the target's).
+            "lookup" (prompt lookup), a model spec as for `load_target` (a separate
+            draft model; its tokenizer must match the target's), "hybrid" or
+            "hybrid:NAME" (prompt lookup where the context repeats, int8 or NAME
+            elsewhere), or a model draft's name with "@T" (stop at confidence T;
+            see `specsample.hybrid.compose_drafter`).
         target: the target model.
         target_tokenizer: needed for a separate draft model only when the target
             was not loaded by `load_target`.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"name: expected a str, got {type(name).__name__}")
+    return compose_drafter(name, lambda inner: _named_drafter(inner, target, target_tokenizer),
+                           default_model="int8")
+
+
+def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter:
     if name == "int8":
         return ModelDrafter(int8_draft(target))
     if name == "lookup":

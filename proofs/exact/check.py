@@ -26,6 +26,7 @@ import numpy as np
 from specsample_backends.reference import NGramModel, random_ngram
 
 from specsample import sample, verify, verify_block
+from specsample.drafters import confidence_lengths
 from specsample.testing import autoregressive_law, block_thresholds
 
 Law = dict[tuple[int, ...], Fraction]
@@ -223,14 +224,67 @@ def expected_accepted(vocab: int, order: int, k: int, deterministic: bool, *,
     return sum((w * (len(tokens) - 1) for tokens, w in law.items()), Fraction(0))
 
 
+Rule = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def stopping(rule: Rule, verifier: Callable[..., object] = verify) -> Callable[..., object]:
+    """`verifier` with per-row draft lengths from `rule(drafts [R, K], q [R, K, V], p [R, K+1, V])`.
+
+    Cells stay those of the full-K rule: a shorter block decides on a subset of the same
+    points (its acceptances, and the p_n and residual CDFs it may draw from).
+    """
+    def run(drafts: np.ndarray, q: np.ndarray, p: np.ndarray, u: np.ndarray) -> object:
+        return verifier(drafts, q, p, u, draft_lengths=rule(drafts, q, p))
+
+    return run
+
+
+def _confidence(drafts: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """q(x_i) for each draft: the toy draft's law is its temperature-1 softmax, which is what
+    `ModelDrafter` reads as confidence."""
+    return np.take_along_axis(q, drafts[..., None], axis=-1)[..., 0]
+
+
+def confidence_rule(threshold: float) -> Rule:
+    """The implementation's rule (`confidence_lengths`): keep drafts up to the first one below
+    `threshold`, that one included: a stopping time of the draft process."""
+    return lambda drafts, q, p: confidence_lengths(_confidence(drafts, q), threshold)
+
+
+def dropping_rule(threshold: float) -> Rule:
+    """Broken: stop *before* the first draft below `threshold` (the decision reads a draft
+    that is then thrown away, so the kept drafts no longer follow q)."""
+    def rule(drafts: np.ndarray, q: np.ndarray, p: np.ndarray) -> np.ndarray:
+        conf = _confidence(drafts, q)
+        return np.where((conf < threshold).any(axis=1), confidence_lengths(conf, threshold) - 1,
+                        drafts.shape[1])
+
+    return rule
+
+
+def peeking_rule(drafts: np.ndarray, q: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Broken: drop every draft from the first one the target likes less than the draft,
+    p(x_i) < q(x_i) (the length reads the target)."""
+    p_x = np.take_along_axis(p[:, :-1], drafts[..., None], axis=-1)[..., 0]
+    worse = p_x < _confidence(drafts, q)
+    slots = np.arange(drafts.shape[1])[None, :]
+    return np.where(worse, slots, drafts.shape[1]).min(axis=1)
+
+
+THRESHOLD = 0.45  # splits the toy drafts' probabilities: rounds stop after 1, 2 or 3 drafts
+
 RULES: dict[str, tuple[Callable[..., object], Cuts]] = {
-    "token": (verify, token_cuts), "block": (verify_block, block_cuts)}
+    "token": (verify, token_cuts), "block": (verify_block, block_cuts),
+    "token, confidence threshold": (stopping(confidence_rule(THRESHOLD)), token_cuts),
+    "block, confidence threshold": (stopping(confidence_rule(THRESHOLD), verify_block), block_cuts)}
 
 
 def main() -> int:
     ok = True
     for name, (verifier, cuts) in RULES.items():
         for case in CASES:
+            if "threshold" in name and case[4]:
+                continue  # one-hot drafts are always confident: nothing stops
             passed = check(*case, verifier=verifier, cuts=cuts)
             ok &= passed
             vocab, order, k, length, det = case

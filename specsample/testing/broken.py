@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable
 
 from specsample._array import Array, namespace
-from specsample.drafters import ModelDrafter
+from specsample.drafters import ModelDrafter, confidence_lengths
 from specsample.params import SamplingParams
 from specsample.protocols import Model
 from specsample.sample import sample
@@ -26,10 +26,10 @@ from specsample.verify_block import (
 )
 from specsample.warp import warp
 
-__all__ = ["DRAFTERS", "LOOKAHEAD", "VERIFIERS", "MisreportingDrafter", "accept_if_le", "always_accept",
-           "argmax_draft_softmax_q", "block_q_one", "block_without_correction", "bonus_from_wrong_position",
-           "lenient", "never_accept", "p_shifted", "raw_logits_q", "resample_from_p",
-           "temperature_in_verify_only", "with_draft_lengths"]
+__all__ = ["DRAFTERS", "LOOKAHEAD", "VERIFIERS", "DroppingDrafter", "MisreportingDrafter", "accept_if_le",
+           "always_accept", "argmax_draft_softmax_q", "block_q_one", "block_without_correction",
+           "bonus_from_wrong_position", "lenient", "never_accept", "p_shifted", "raw_logits_q",
+           "resample_from_p", "temperature_in_verify_only", "with_draft_lengths"]
 
 
 def resample_from_p(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
@@ -226,8 +226,23 @@ def temperature_in_verify_only(model: Model) -> MisreportingDrafter:
         model, sample_with=lambda p: dataclasses.replace(p, temperature=1.0), report_with=lambda p: p)
 
 
-DRAFTERS: dict[str, Callable[[Model], MisreportingDrafter]] = {
+class DroppingDrafter(ModelDrafter):
+    """A confidence threshold that drops the first draft below it instead of keeping it.
+
+    Whether a draft is kept then depends on that draft itself, so the kept drafts no longer
+    follow the q they are verified against (the right rule keeps it: a stopping time).
+    """
+
+    def kept(self, confidence: Array, threshold: float) -> Array:
+        """One fewer than `confidence_lengths` where some draft is below `threshold`."""
+        xp = namespace(confidence)
+        low = xp.any(confidence < threshold, axis=1)
+        return xp.where(low, confidence_lengths(confidence, threshold) - 1, confidence.shape[1])
+
+
+DRAFTERS: dict[str, Callable[[Model], ModelDrafter]] = {
     "raw-logits-q": raw_logits_q,
     "argmax-draft-softmax-q": argmax_draft_softmax_q,
     "temperature-in-verify-only": temperature_in_verify_only,
+    "drop-low-confidence": lambda model: DroppingDrafter(model, threshold=0.5),
 }

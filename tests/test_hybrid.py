@@ -1,0 +1,141 @@
+"""HybridDrafter and the shared drafter-name syntax, over the reference n-gram models.
+
+The hybrid's law is checked statistically in test_generate.py and its greedy output here;
+these tests pin down which rows copy, that a copying round skips the model, and that the
+model's cache catches up exactly after copying rounds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from specsample_backends.reference import NGramModel, random_ngram
+
+from specsample import SamplingParams, generate, generate_plain, get_backend
+from specsample.drafters import ModelDrafter
+from specsample.hybrid import HybridDrafter, compose_drafter
+from specsample.lookup import PromptLookupDrafter
+from specsample.rng import round_uniforms, uniforms
+from specsample.round import round_step, start
+
+CAPACITY = 64
+
+
+class Counting:
+    """A Model that counts the tokens fed to it."""
+
+    def __init__(self, model: NGramModel) -> None:
+        self.model, self.fed = model, 0
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    def new_cache(self, batch, capacity):  # type: ignore[no-untyped-def]
+        return self.model.new_cache(batch, capacity)
+
+    def forward(self, tokens, cache):  # type: ignore[no-untyped-def]
+        self.fed += int(tokens.size)
+        return self.model.forward(tokens, cache)
+
+
+def _models() -> tuple[NGramModel, NGramModel]:
+    target = random_ngram(5, order=2, seed=4, concentration=0.6, zeros=0.2)
+    return target, random_ngram(5, order=2, seed=5, concentration=0.6, zeros=0.2)
+
+
+def _prompt(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    tokens = np.zeros((len(rows), max(map(len, rows))), dtype=np.int64)
+    for b, row in enumerate(rows):
+        tokens[b, : len(row)] = row
+    return tokens, np.array([len(r) for r in rows], dtype=np.int64)
+
+
+@pytest.mark.parametrize("name", ["hybrid", "hybrid@0.4", "hybrid:noisy:0.2@0.6"])
+def test_greedy_equals_plain_greedy(name: str) -> None:
+    target, _ = _models()
+    drafter = get_backend("reference").load_drafter(name, target)
+    assert isinstance(drafter, HybridDrafter)
+    prompt, lengths = _prompt([[1, 2, 3, 1, 2], [4], [0, 1, 0, 1, 0, 1, 2]])
+    params = SamplingParams(temperature=0.0)
+    out = generate(target, drafter, prompt, prompt_lengths=lengths, max_new_tokens=30, params=params, k=3)
+    plain = generate_plain(target, prompt, prompt_lengths=lengths, max_new_tokens=30, params=params)
+    assert [out.new_tokens(i) for i in range(3)] == [plain.new_tokens(i) for i in range(3)]
+
+
+def test_matching_rows_copy_the_others_draft_from_the_model() -> None:
+    _, draft = _models()
+    hybrid = HybridDrafter(ModelDrafter(draft))
+    tokens, lengths = _prompt([[1, 2, 3, 4, 2, 3], [1, 2, 3, 4, 0, 1]])  # row 0 ends in a seen bigram
+    state = hybrid.start(tokens, lengths, CAPACITY)
+    u = uniforms(0, 0, 2, 3, like=tokens)
+    proposal = hybrid.propose(state, np.pad(tokens, ((0, 0), (0, 10))), lengths, 3, SamplingParams(), u)
+    copied = PromptLookupDrafter().propose(None, np.pad(tokens, ((0, 0), (0, 10))), lengths, 3,
+                                           SamplingParams(), u)
+    assert proposal.tokens[0].tolist() == copied.tokens[0].tolist() == [4, 2, 3]
+    assert proposal.probs is not None and (proposal.probs[0].max(axis=-1) == 1).all()  # one-hot q
+    np.testing.assert_allclose(proposal.probs[1].sum(axis=-1), 1)
+    assert proposal.probs[1].max() < 1  # row 1's q is the model's law
+    assert proposal.lengths is not None and proposal.lengths.tolist() == [3, 3]
+
+
+class Recording(HybridDrafter):
+    """A HybridDrafter that keeps its last proposal."""
+
+    def propose(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.last = super().propose(*args, **kwargs)
+        return self.last
+
+
+def test_a_round_where_every_row_copies_skips_the_model_and_the_cache_catches_up() -> None:
+    """A repetitive prompt makes every row copy for a while; the model is then not run at all,
+    and when it drafts again its laws equal those of a draft model prefilled afresh on the
+    committed tokens (its cache caught up exactly, in one wider forward)."""
+    target, draft = _models()
+    counting = Counting(draft)
+    hybrid = Recording(ModelDrafter(counting))  # type: ignore[arg-type]
+    prompt, lengths = _prompt([[1, 2, 3, 4] * 4, [2, 3, 4, 1] * 4])
+    state = start(target, hybrid, prompt, lengths, capacity=CAPACITY, stop_lengths=lengths + 40)
+    params, skipped, caught_up = SamplingParams(temperature=0.0), 0, 0
+    for index in range(30):
+        if state.done.all():
+            break
+        before, tokens, current = counting.fed, state.tokens, state.lengths
+        copy = PromptLookupDrafter().draft_lengths(tokens, current, 3) == 3
+        behind = int((current - state.draft_state.seen).max())
+        u = round_uniforms(0, index, 2, 3, like=tokens)
+        state, _ = round_step(state, target, hybrid, k=3, params=params, uniforms=u)
+        if copy.all():
+            assert counting.fed == before, "a round where every row copies ran the model"
+            skipped += 1
+        elif behind > 2:  # the model drafted after falling behind: compare with a fresh prefill
+            fresh = ModelDrafter(draft)
+            theirs = fresh.propose(fresh.start(tokens, current, CAPACITY), tokens, current, 3, params,
+                                   u[:, :3])
+            rows = ~copy
+            np.testing.assert_array_equal(hybrid.last.tokens[rows], theirs.tokens[rows])
+            np.testing.assert_allclose(hybrid.last.probs[rows], theirs.probs[rows])
+            caught_up += 1
+    assert skipped >= 1 and caught_up >= 1, (skipped, caught_up)
+
+
+def test_names_and_their_errors() -> None:
+    target, _ = _models()
+    backend = get_backend("reference")
+    sure = backend.load_drafter("noisy:0.3@0.25", target)
+    assert isinstance(sure, ModelDrafter) and sure.threshold == 0.25
+    assert isinstance(backend.load_drafter("lookup", target), PromptLookupDrafter)
+    with pytest.raises(ValueError, match="threshold: expected a number in \\(0, 1\\) after '@'"):
+        backend.load_drafter("noisy:0.3@1.5", target)
+    with pytest.raises(ValueError, match="draft: expected NAME@THRESHOLD with a number after '@'"):
+        backend.load_drafter("noisy:0.3@high", target)
+    with pytest.raises(ValueError, match=r"draft: 'lookup@0\.4' needs a model draft for 'lookup'"):
+        backend.load_drafter("lookup@0.4", target)
+    with pytest.raises(ValueError, match="draft: 'hybrid:lookup' needs a model draft"):
+        backend.load_drafter("hybrid:lookup", target)
+    with pytest.raises(TypeError, match="draft: expected a name"):
+        compose_drafter(3, lambda n: PromptLookupDrafter(), default_model="x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="model: expected a ModelDrafter, got PromptLookupDrafter"):
+        HybridDrafter(PromptLookupDrafter())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lookup: expected a PromptLookupDrafter with confident set"):
+        HybridDrafter(ModelDrafter(target), PromptLookupDrafter(confident=None))
