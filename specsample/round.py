@@ -117,8 +117,8 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
         draft_lengths: int [B] in [0, k] or None: row b verifies only its first L_b
             drafts (see `verify`); the drafter chose them from committed tokens. A
             drafter may shorten rows further while drafting (`Proposal.lengths`) and
-            stop early: the round then verifies the k' <= k drafts it made, with
-            `uniforms[:, k:k + k' + 1]`.
+            stop early: the round then verifies the k' <= k drafts it made, with the
+            acceptance columns k..k+k'-1 and the final column 2k.
 
     Raises:
         ConsumedCacheError: `state` was already used for a round (its caches were
@@ -148,8 +148,11 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
                                        state.target_cache)
         target_probs = warp(logits, params, check=check)  # [B, K+1, V]
         extra = {} if draft_lengths is None else {"draft_lengths": draft_lengths}
+        # Acceptance slot i reads column k + i and the final token column 2k whatever k' is:
+        # a row's draws never depend on how long its neighbours drafted.
         verdict = verifier(proposal.tokens, proposal.probs, target_probs,
-                           uniforms[:, k:k + made + 1], check=check, **extra)
+                           xp.concat([uniforms[:, k:k + made], uniforms[:, 2 * k:]], axis=1),
+                           check=check, **extra)
         draft_state = proposal.state
         drafted = xp.full_like(state.lengths, made) if draft_lengths is None else \
             xp.astype(draft_lengths, xp.int64)
