@@ -265,7 +265,11 @@ def test_options_and_drafters_are_checked(models) -> None:  # type: ignore[no-un
     with pytest.raises(ValueError, match=r"compiler: expected one of \['inductor', 'aot_eager'\], got 'tvm'"):
         create_cpu({"compiler": "tvm"})
     whole_round = get_backend("static-cpu", {"buckets": BUCKETS, "pieces": False})
-    target, _ = models
+    target, drafter = models
+    sure = ModelDrafter(drafter.model, threshold=0.4)
+    with pytest.raises(ValueError, match=r"drafter: the static-cpu backend drafts all K tokens .*"
+                                         r"got threshold=0\.4"):
+        whole_round.generate(target, sure, torch.ones((1, 4), dtype=torch.long), RunOptions(max_new_tokens=2))
     from specsample_backends.torch.quantized import int8_draft
 
     with pytest.raises(ValueError, match="int8"):

@@ -122,6 +122,7 @@ class StaticBackend(CoreBackend):
         if not isinstance(drafter, ModelDrafter):
             raise ValueError(f"name: the static engine needs a draft model ('early-exit:N' or a model "
                              f"spec), got {name!r}")
+        _models(self.name, target, drafter)
         self.engine(target, drafter)  # validates now rather than at the first round
         return drafter
 
@@ -177,6 +178,10 @@ def _models(backend: str, target: Model, drafter: Drafter) -> tuple[HFModel, Mod
     if not isinstance(drafter, ModelDrafter):
         raise TypeError(f"drafter: the {backend} backend expected a ModelDrafter, "
                         f"got {type(drafter).__name__}")
+    if drafter.threshold is not None:
+        raise ValueError(f"drafter: the {backend} backend drafts all K tokens (its graphs have no "
+                         f"confidence threshold yet), got threshold={drafter.threshold}; use the "
+                         f"torch backend for thresholded drafts")
     return target, drafter
 
 
