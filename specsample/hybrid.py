@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from specsample._array import Array, device, host_ints, namespace
 from specsample.cache import rollback
 from specsample.drafters import DraftState, ModelDrafter
 from specsample.lookup import PromptLookupDrafter
+from specsample.metrics import predicted_speedup
 from specsample.params import SamplingParams
 from specsample.protocols import Drafter, Proposal
 
@@ -28,11 +30,17 @@ class HybridState:
         seen: int64 [B]: cache entries known to equal the row's committed tokens.
         modelled: bool [B]: rows whose drafts came from the model in the last round (their
             accepted drafts are in the cache too; `advance` counts them).
+        drafted: int64 [B]: how many model drafts each modelled row verified.
+        accepted, trials: int64 [B]: each row's own evidence on the model draft: accepted
+            drafts, and accepted drafts plus rejections (what `Metrics.alpha` counts).
     """
 
     draft: DraftState
     seen: Array
     modelled: Array
+    drafted: Array
+    accepted: Array
+    trials: Array
 
 
 class HybridDrafter:
@@ -44,24 +52,68 @@ class HybridDrafter:
     the model is not run at all: a copying round costs one target forward. The model's
     cache then falls behind and catches up in one wider forward when it next drafts.
 
+    With a `cost_ratio` c (the `auto` drafter), a row that does not copy drafts from the
+    model only while Thm 3.8 predicts that to beat a plain step, (1 - a^(K+1)) /
+    ((1 - a)(K c + 1)) > 1, where a is the row's own acceptance of the model's drafts
+    so far, starting from the prior (`prior_alpha`, worth `prior_weight` trials); otherwise
+    the row takes a plain step (no draft: one token from p). Each row decides from its
+    own history, so its tokens do not depend on its neighbours. A round where no row
+    copies or drafts runs no draft and verifies one dummy slot, which no row uses.
+
     Args:
         model: the model drafter (with or without a confidence threshold).
         lookup: the prompt lookup drafter; its `confident` must not be None (else every
             row would always copy).
+        cost_ratio: None (the model always drafts for non-copying rows), or c >= 0.
+        prior_alpha: in [0, 1], the acceptance assumed before a row has evidence.
+        prior_weight: >= 0, how many trials the prior is worth.
     """
 
-    def __init__(self, model: ModelDrafter, lookup: PromptLookupDrafter | None = None) -> None:
+    def __init__(self, model: ModelDrafter, lookup: PromptLookupDrafter | None = None, *,
+                 cost_ratio: float | None = None, prior_alpha: float = 0.8,
+                 prior_weight: float = 8.0) -> None:
         if not isinstance(model, ModelDrafter):
             raise TypeError(f"model: expected a ModelDrafter, got {type(model).__name__}")
         lookup = PromptLookupDrafter() if lookup is None else lookup
         if not isinstance(lookup, PromptLookupDrafter) or lookup.confident is None:
             raise ValueError(f"lookup: expected a PromptLookupDrafter with confident set, got {lookup!r}")
+        if cost_ratio is not None and not (isinstance(cost_ratio, (int, float)) and 0 <= cost_ratio < 1e6):
+            raise ValueError(f"cost_ratio: expected None or a finite number >= 0, got {cost_ratio!r}")
+        if not 0 <= prior_alpha <= 1 or not 0 <= prior_weight < 1e9:
+            raise ValueError(f"prior_alpha, prior_weight: expected a rate in [0, 1] and a weight >= 0, "
+                             f"got {prior_alpha!r}, {prior_weight!r}")
         self.model, self.lookup = model, lookup
+        self.cost_ratio = None if cost_ratio is None else float(cost_ratio)
+        self.prior = (float(prior_alpha), float(prior_weight))
+
+    def describe(self, k: int) -> str:
+        """What the drafter does at K = k, and why (for a command line to print)."""
+        if self.cost_ratio is None:
+            return "prompt lookup where the context repeats, the draft model elsewhere"
+        speedup = predicted_speedup(self.prior[0], k, self.cost_ratio)
+        start = "the draft model" if speedup > 1 else "plain steps"
+        return (f"prompt lookup where the context repeats; elsewhere the draft model only where "
+                f"Thm 3.8 predicts it faster than plain steps (c = {self.cost_ratio:.2f}: at the "
+                f"prior alpha {self.prior[0]:.2f} and K = {k} it predicts {speedup:.2f}x, so rows "
+                f"start with {start}, then follow their own acceptance)")
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> HybridState:
         """The model's prefill (all but the last prompt token)."""
         draft = self.model.start(tokens, lengths, capacity)
-        return HybridState(draft=draft, seen=lengths - 1, modelled=lengths < 0)
+        zeros = namespace(lengths).zeros_like(lengths)
+        return HybridState(draft=draft, seen=lengths - 1, modelled=lengths < 0, drafted=zeros,
+                           accepted=zeros, trials=zeros)
+
+    def _worth(self, xp: Any, state: HybridState, k: int) -> Array:
+        """bool [B]: rows for which the model's drafts are predicted to beat a plain step."""
+        if self.cost_ratio is None:
+            return xp.ones(state.seen.shape, dtype=xp.bool, device=device(state.seen))
+        alpha, weight = self.prior
+        rate = (xp.astype(state.accepted, xp.float64) + alpha * weight) / (
+            xp.astype(state.trials, xp.float64) + weight)
+        rate = xp.clip(rate, min=0.0, max=1.0 - 1e-12)
+        tokens = (1 - rate ** (k + 1)) / (1 - rate)
+        return tokens > k * self.cost_ratio + 1
 
     def draft_lengths(self, tokens: Array, lengths: Array, k: int) -> Array:
         """Every row drafts k: copied where it matches, from the model elsewhere."""
@@ -69,16 +121,22 @@ class HybridDrafter:
 
     def propose(self, state: HybridState, tokens: Array, lengths: Array, k: int,
                 params: SamplingParams, uniforms: Array) -> Proposal:
-        """Copies for matching rows, model drafts (and their q) for the others."""
+        """Copies for matching rows, model drafts (and their q) for the rows that use the
+        model, no draft (length 0) for the others."""
         xp = namespace(tokens)
         copy = self.lookup.draft_lengths(tokens, lengths, k) == k  # [B]
+        use = ~copy & self._worth(xp, state, k)
         copied = self.lookup.propose(None, tokens, lengths, k, params, uniforms)
-        behind = host_ints(xp.concat([xp.astype(xp.all(copy)[None], xp.int64),
-                                      xp.max(lengths - state.seen)[None]]))
-        if behind[0]:
-            return Proposal(tokens=copied.tokens, probs=None, state=dataclasses.replace(
-                state, modelled=xp.zeros_like(copy)))
-        drafted = self.model.propose(DraftState(cache=state.draft.cache, window=max(1, behind[1])),
+        flags = host_ints(xp.concat([xp.astype(xp.stack([xp.all(copy), xp.any(use)]), xp.int64),
+                                     xp.max(lengths - state.seen)[None]]))
+        idle = dataclasses.replace(state, modelled=xp.zeros_like(copy))
+        if flags[0]:
+            return Proposal(tokens=copied.tokens, probs=None, state=idle)
+        if not flags[1]:  # nobody uses the model: copies where they match, plain steps elsewhere
+            width = k if bool(xp.any(copy)) else 1
+            return Proposal(tokens=copied.tokens[:, :width], probs=None, state=idle,
+                            lengths=xp.where(copy, width, 0))
+        drafted = self.model.propose(DraftState(cache=state.draft.cache, window=max(1, flags[2])),
                                      tokens, lengths, k, params, uniforms)
         made = int(drafted.tokens.shape[1])
         pad = k - made  # a thresholded model may stop early; copying rows keep all k
@@ -86,25 +144,31 @@ class HybridDrafter:
                                                    device=device(tokens))], axis=1)
         q = drafted.probs
         assert q is not None
-        vocab = int(q.shape[2])
-        ids = xp.arange(vocab, dtype=xp.int64, device=device(tokens))
+        ids = xp.arange(int(q.shape[2]), dtype=xp.int64, device=device(tokens))
         q = xp.concat([q, xp.astype(xp.zeros((tokens.shape[0], pad, 1), dtype=xp.int64,
                                              device=device(tokens)) == ids, q.dtype)], axis=1)
         one_hot = xp.astype(copied.tokens[..., None] == ids, q.dtype)  # [B, k, V]
         model_lengths = drafted.lengths if drafted.lengths is not None else xp.full_like(lengths, made)
+        own_lengths = xp.where(use, model_lengths, 0)
         return Proposal(
             tokens=xp.where(copy[:, None], copied.tokens, own),
             probs=xp.where(copy[:, None, None], one_hot, q),
-            state=HybridState(draft=drafted.state, seen=lengths, modelled=~copy),
-            lengths=xp.where(copy, k, model_lengths))
+            state=dataclasses.replace(state, draft=drafted.state, seen=lengths, modelled=use,
+                                      drafted=own_lengths),
+            lengths=xp.where(copy, k, own_lengths))
 
     def advance(self, state: HybridState, lengths: Array) -> HybridState:
-        """Modelled rows: the cache holds L - 2 committed tokens (as `ModelDrafter.advance`);
-        copying rows: what it held before their copies."""
+        """Modelled rows: the cache holds L - 2 committed tokens (as `ModelDrafter.advance`),
+        and their acceptance evidence grows; other rows: what it held before the round."""
         xp = namespace(lengths)
         seen = xp.minimum(xp.where(state.modelled, xp.clip(lengths - 2, min=0), state.seen), lengths - 1)
-        return HybridState(draft=DraftState(cache=rollback(state.draft.cache, seen), window=2),
-                           seen=seen, modelled=state.modelled)
+        # A modelled row committed its accepted drafts and one more token (fewer only at a stop).
+        accepted = xp.where(state.modelled, xp.clip(lengths - state.seen - 1, min=0), 0)
+        accepted = xp.minimum(accepted, state.drafted)
+        rejected = xp.astype(state.modelled & (accepted < state.drafted), xp.int64)
+        return dataclasses.replace(
+            state, draft=DraftState(cache=rollback(state.draft.cache, seen), window=2), seen=seen,
+            accepted=state.accepted + accepted, trials=state.trials + accepted + rejected)
 
 
 def _threshold(name: str) -> tuple[str, float | None]:
@@ -120,25 +184,32 @@ def _threshold(name: str) -> tuple[str, float | None]:
     return base, value
 
 
-def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model: str) -> Drafter:
+def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model: str,
+                    cost: Callable[[ModelDrafter], float] | None = None) -> Drafter:
     """A backend's drafter by name, with the shared syntax on top of its own names.
 
     "NAME@T": the model drafter NAME stopping each row at confidence T (see `ModelDrafter`);
     "hybrid" (the model `default_model`) or "hybrid:NAME": prompt lookup where the context
-    repeats, NAME elsewhere; "hybrid@T" / "hybrid:NAME@T" combine both. Other names go to
+    repeats, NAME elsewhere; "hybrid@T" / "hybrid:NAME@T" combine both; "auto" or
+    "auto:NAME": the hybrid whose model drafts only where Thm 3.8 predicts them faster
+    than plain steps, with c measured by `cost` (see `HybridDrafter`). Other names go to
     `load` unchanged.
     """
     if not isinstance(name, str):
         raise TypeError(f"draft: expected a name (str), got {type(name).__name__}")
     base, threshold = _threshold(name)
-    hybrid = base == "hybrid" or base.startswith("hybrid:")
-    inner = default_model if base == "hybrid" else base.removeprefix("hybrid:") if hybrid else base
+    kind = next((k for k in ("hybrid", "auto") if base == k or base.startswith(f"{k}:")), None)
+    inner = default_model if base == kind else base.removeprefix(f"{kind}:") if kind else base
     drafter = load(inner)
-    if threshold is None and not hybrid:
+    if threshold is None and kind is None:
         return drafter
     if not isinstance(drafter, ModelDrafter):
         raise ValueError(f"draft: {name!r} needs a model draft for {inner!r}, got a "
                          f"{type(drafter).__name__}")
     if threshold is not None:
         drafter = ModelDrafter(drafter.model, threshold=threshold)
-    return HybridDrafter(drafter) if hybrid else drafter
+    if kind == "auto":
+        if cost is None:
+            raise ValueError(f"draft: {name!r} needs a backend that measures the draft's cost")
+        return HybridDrafter(drafter, cost_ratio=cost(drafter))
+    return HybridDrafter(drafter) if kind else drafter

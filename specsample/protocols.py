@@ -47,7 +47,7 @@ class Proposal:
         probs: [B, K, V], the distributions the tokens were actually sampled
             from, or None for a deterministic drafter (q is one-hot).
         state: the drafter's new state.
-        lengths: int64 [B] in [1, K], or None (all K): how many drafts each row
+        lengths: int64 [B] in [0, K], or None (all K): how many drafts each row
             verifies, decided while drafting from the draft's own samples (a
             stopping time of the draft process, which leaves the output law
             unchanged; a confidence threshold is one).

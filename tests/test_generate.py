@@ -94,6 +94,21 @@ def test_thresholds_and_hybrid_drafts_keep_the_law(draft, k, seed):
     assert result.passed, str(result)
 
 
+def test_the_gated_hybrid_keeps_the_law():
+    """`auto`'s rule: a row drafts from the model only while its own acceptance predicts a
+    speedup (here a poor draft and a weak prior: rows turn to plain steps after a rejection,
+    within the first three tokens)."""
+    from specsample import ModelDrafter
+    from specsample.hybrid import HybridDrafter
+
+    target, _ = models()
+    drafter = HybridDrafter(ModelDrafter(noisy(target, 0.9)), cost_ratio=0.4, prior_alpha=0.9,
+                            prior_weight=1.0)
+    samples = first_three(target, drafter, rows=ROWS, params=SamplingParams(), k=2, seed=17)
+    result = goodness_of_fit(samples, expected_law(target, SamplingParams()))
+    assert result.passed, str(result)
+
+
 def test_plain_sampling_follows_the_same_law():
     target, _ = models()
     prompt = np.tile(np.array(PROMPT), (ROWS, 1))

@@ -139,3 +139,81 @@ def test_names_and_their_errors() -> None:
         HybridDrafter(PromptLookupDrafter())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="lookup: expected a PromptLookupDrafter with confident set"):
         HybridDrafter(ModelDrafter(target), PromptLookupDrafter(confident=None))
+
+
+# ---------------------------------------------------------------- auto: the gated hybrid
+
+class Lengths(HybridDrafter):
+    """A gated HybridDrafter that records each round's per-row lengths and copy flags."""
+
+    rounds: list[tuple[list[int], list[bool]]]
+
+    def propose(self, state, tokens, lengths, k, params, uniforms):  # type: ignore[no-untyped-def]
+        out = super().propose(state, tokens, lengths, k, params, uniforms)
+        copy = (self.lookup.draft_lengths(tokens, lengths, k) == k).tolist()
+        kept = [k] * len(copy) if out.lengths is None else out.lengths.tolist()
+        self.rounds.append((kept, copy))
+        return out
+
+
+def _gated(cost: float, prior: float, weight: float, counting: Counting) -> Lengths:
+    drafter = Lengths(ModelDrafter(counting), cost_ratio=cost, prior_alpha=prior,  # type: ignore[arg-type]
+                      prior_weight=weight)
+    drafter.rounds = []
+    return drafter
+
+
+def test_a_row_drafts_from_the_model_only_while_thm_3_8_predicts_a_speedup() -> None:
+    """c = 0.3: at the prior alpha 0.9 the model is worth it (Thm 3.8: 1.81x at K = 3); a draft
+    far from the target is rejected often, and each row then turns to plain steps on its own
+    evidence.
+    A prohibitive c never runs the model; c = 0 always does (the plain hybrid)."""
+    target, _ = _models()
+    far = random_ngram(5, order=2, seed=99, concentration=0.3)  # disagrees with the target
+    prompt, lengths = _prompt([[1, 2, 3, 4, 0], [4, 3], [0, 4, 1, 2, 3, 2]])
+    params = SamplingParams(temperature=1.0)
+    run = dict(prompt_lengths=lengths, max_new_tokens=60, params=params, k=3, seed=2)
+
+    counting = Counting(far)
+    gated = _gated(0.3, 0.9, 1.0, counting)
+    generate(target, gated, prompt, **run)  # type: ignore[arg-type]
+    modelled = [[n > 0 and not c for n, c in zip(kept, copy, strict=True)] for kept, copy in gated.rounds]
+    assert any(modelled[0]), "at the prior the model is worth drafting"
+    late = modelled[len(modelled) // 2:]
+    assert not any(any(r) for r in late), "rows with poor acceptance must have turned to plain steps"
+
+    never = _gated(1e3, 0.9, 1.0, Counting(far))
+    generate(target, never, prompt, **run)  # type: ignore[arg-type]
+    prefill = len(lengths) * (int(lengths.max()) - 1)
+    assert never.model.model.fed == prefill, "only the prefill may run"
+    for kept, copy in never.rounds:
+        assert all(n == 0 for n, c in zip(kept, copy, strict=True) if not c)
+
+    always = _gated(0.0, 0.9, 1.0, Counting(far))
+    generate(target, always, prompt, **run)  # type: ignore[arg-type]
+    for kept, _ in always.rounds:
+        assert all(n == 3 for n in kept), "c = 0: every row drafts (copies or the model)"
+
+
+def test_auto_by_name_measures_c_and_keeps_greedy_output() -> None:
+    target, _ = _models()
+    auto = get_backend("reference").load_drafter("auto", target)
+    assert isinstance(auto, HybridDrafter) and auto.cost_ratio is not None and auto.cost_ratio >= 0
+    assert "Thm 3.8" in auto.describe(4) and f"c = {auto.cost_ratio:.2f}" in auto.describe(4)
+    prompt, lengths = _prompt([[1, 2, 3, 1, 2], [4], [0, 1, 0, 1, 0, 1, 2]])
+    greedy = SamplingParams(temperature=0.0)
+    out = generate(target, auto, prompt, prompt_lengths=lengths, max_new_tokens=30, params=greedy, k=3)
+    plain = generate_plain(target, prompt, prompt_lengths=lengths, max_new_tokens=30, params=greedy)
+    assert [out.new_tokens(i) for i in range(3)] == [plain.new_tokens(i) for i in range(3)]
+
+
+def test_gate_arguments_are_checked() -> None:
+    target, _ = _models()
+    with pytest.raises(ValueError, match="cost_ratio: expected None or a finite number >= 0, got -1"):
+        HybridDrafter(ModelDrafter(target), cost_ratio=-1)
+    with pytest.raises(ValueError, match="prior_alpha, prior_weight: expected a rate in \\[0, 1\\]"):
+        HybridDrafter(ModelDrafter(target), cost_ratio=0.5, prior_alpha=1.5)
+    with pytest.raises(ValueError, match="draft: 'auto' needs a backend that measures the draft's cost"):
+        compose_drafter("auto", lambda n: ModelDrafter(target), default_model="x")
+    with pytest.raises(ValueError, match="draft: 'auto:lookup' needs a model draft for 'lookup'"):
+        get_backend("reference").load_drafter("auto:lookup", target)

@@ -151,7 +151,7 @@ def _rows_alone_and_together(runner: specsample.Runner, prompts: list[list[int]]
     return alone, [together.new_tokens(i) for i in range(len(prompts))]
 
 
-@pytest.mark.parametrize("draft", ["noisy:0.3", "lookup", "noisy:0.3@0.3", "hybrid", "hybrid@0.3"])
+@pytest.mark.parametrize("draft", ["noisy:0.3", "lookup", "noisy:0.3@0.3", "hybrid", "hybrid@0.3", "auto"])
 def test_a_rows_tokens_do_not_depend_on_its_neighbours(draft: str) -> None:
     runner = specsample.load(Config(backend="reference", draft=draft, temperature=0.8,
                                     target="ngram:vocab=8,order=2,seed=3"))

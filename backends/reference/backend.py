@@ -93,9 +93,10 @@ class ReferenceBackend(CoreBackend):
 
     def load_drafter(self, name: str | None, target: Model) -> Drafter:
         """'noisy:E' (the target's table mixed with E of another), 'lookup', an ngram spec,
-        'hybrid[:NAME]' or a model draft's name with '@T' (`specsample.hybrid.compose_drafter`)."""
+        'hybrid[:NAME]', 'auto[:NAME]' or a model draft's name with '@T'
+        (`specsample.hybrid.compose_drafter`)."""
         return compose_drafter(name or DEFAULT_DRAFT, lambda inner: self._named_drafter(inner, target),
-                               default_model=DEFAULT_DRAFT)
+                               default_model=DEFAULT_DRAFT, cost=lambda drafter: _cost_ratio(target, drafter))
 
     def _named_drafter(self, name: str, target: Model) -> Drafter:
         if name == "lookup":
@@ -108,6 +109,15 @@ class ReferenceBackend(CoreBackend):
             return ModelDrafter(self.load_target(name))
         raise ValueError(f"draft: expected 'noisy:E', 'lookup', 'ngram:...', 'hybrid[:NAME]' or "
                          f"NAME@THRESHOLD, got {name!r}")
+
+
+def _cost_ratio(target: Model, drafter: ModelDrafter) -> float:
+    """c of `drafter` against `target` on this machine (median of 5 timed steps each)."""
+    from specsample.bench.cost import measure_cost_ratio
+    from specsample.params import SamplingParams
+
+    prompt = (np.arange(1, 17, dtype=np.int64) % target.vocab_size)[None, :]
+    return measure_cost_ratio(target, drafter, prompt, SamplingParams(), repeats=5)
 
 
 def noisy(target: NGramModel, weight: float, *, seed: int = 12345) -> NGramModel:

@@ -17,6 +17,7 @@ from torch import nn
 from specsample.drafters import ModelDrafter
 from specsample.hybrid import compose_drafter
 from specsample.lookup import PromptLookupDrafter
+from specsample.params import SamplingParams
 from specsample.protocols import Drafter
 
 from ._fast import hf_config
@@ -29,7 +30,8 @@ __all__ = ["CACHE_ENV", "DRAFTERS", "cache_root", "converted", "default_model_pa
            "load_target", "load_tokenizer"]
 
 DEFAULT = "smollm2"
-DRAFTERS = ("int8", "early-exit:N", "lookup", "hybrid[:NAME]", "NAME@THRESHOLD", "<model spec>")
+DRAFTERS = ("int8", "early-exit:N", "lookup", "hybrid[:NAME]", "auto[:NAME]", "NAME@THRESHOLD",
+            "<model spec>")
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "SPECSAMPLE_MODEL_CACHE"  # where GGUF conversions are kept; "off" disables
 # Where each loaded module came from, so a drafter can check tokenizers.
@@ -161,14 +163,25 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) ->
             "lookup" (prompt lookup), a model spec as for `load_target` (a separate
             draft model; its tokenizer must match the target's), "hybrid" or
             "hybrid:NAME" (prompt lookup where the context repeats, int8 or NAME
-            elsewhere), or a model draft's name with "@T" (stop at confidence T;
-            see `specsample.hybrid.compose_drafter`).
+            elsewhere), "auto" or "auto:NAME" (the hybrid whose model drafts only
+            where Thm 3.8, with c measured here at load, predicts a speedup), or a
+            model draft's name with "@T" (stop at confidence T; see
+            `specsample.hybrid.compose_drafter`).
         target: the target model.
         target_tokenizer: needed for a separate draft model only when the target
             was not loaded by `load_target`.
     """
     return compose_drafter(name, lambda inner: _named_drafter(inner, target, target_tokenizer),
-                           default_model="int8")
+                           default_model="int8", cost=lambda drafter: _cost_ratio(target, drafter))
+
+
+def _cost_ratio(target: HFModel, drafter: ModelDrafter) -> float:
+    """c of `drafter` against `target` on this machine (median of 5 timed steps each)."""
+    from specsample.bench.cost import measure_cost_ratio
+
+    prompt = (torch.arange(1, 33, device=target.device) % target.vocab_size)[None, :]
+    with torch.no_grad():
+        return measure_cost_ratio(target, drafter, prompt, SamplingParams(), repeats=5)
 
 
 def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter:
