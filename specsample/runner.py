@@ -19,6 +19,7 @@ from typing import Any
 from specsample.backend import Backend, Tokenizer
 from specsample.config import Config
 from specsample.generate import Generation, Step
+from specsample.hybrid import HybridDrafter
 from specsample.options import RunOptions
 from specsample.protocols import Drafter, Model
 from specsample.registry import get_backend
@@ -122,6 +123,13 @@ class Runner:
         """Plain decoding of the target (the baseline), with each row's new text decoded."""
         ids, run = self._inputs(prompts, {"max_new_tokens": max_new_tokens, **overrides})
         return self.decode(self.backend.generate_plain(self.target, ids, run))
+
+    def drafter_note(self) -> str:
+        """The drafter in words; for `auto`, what it chose on this machine and why."""
+        k = self.config.policy().k_max
+        if isinstance(self.drafter, HybridDrafter):
+            return f"drafter {self.config.draft or 'default'}: {self.drafter.describe(k)}"
+        return f"drafter {self.config.draft or 'default'}: {type(self.drafter).__name__}"
 
     def decode(self, generation: Generation) -> Generation:
         """`generation` with `texts`: each row's generated ids decoded."""

@@ -91,7 +91,7 @@ def test_generate_honours_every_model_flag(capsys: pytest.CaptureFixture[str], t
     out = capsys.readouterr().out
     assert out.startswith("> Hi\n")
     settings = out.strip().splitlines()[-1]
-    for text in ("backend reference", f"target {TOY}", "drafter PromptLookupDrafter (lookup)", "K=2",
+    for text in ("backend reference", f"target {TOY}", "drafter lookup: PromptLookupDrafter", "K=2",
                  "temperature=0.5, top_k=5, top_p=0.9, min_p=0.05", "seed 3", "max new tokens 2"):
         assert text in settings, text
     assert "\n2 tokens in " in out  # no EOS on the toy tokenizer: exactly --max-new-tokens
@@ -99,7 +99,7 @@ def test_generate_honours_every_model_flag(capsys: pytest.CaptureFixture[str], t
     toml.write_text(f'backend = "reference"\ntarget = "{TOY}"\ndraft = "noisy:0.2"\n'
                     'k = 3\ntemperature = 0.0\n')
     assert main(["generate", "--prompt", "Hi", "--config", str(toml), "--max-new-tokens", "2"]) == 0
-    assert "ModelDrafter (noisy:0.2), K=3, SamplingParams(temperature=0.0" in capsys.readouterr().out
+    assert "drafter noisy:0.2: ModelDrafter, K=3, SamplingParams(temperature=0.0" in capsys.readouterr().out
     for option, value in (("--device", "cpu"), ("--dtype", "float32")):
         assert main(["generate", "--prompt", "Hi", *REFERENCE, option, value]) == 2
         assert "options: the reference backend takes none" in capsys.readouterr().err

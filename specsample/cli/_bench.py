@@ -138,6 +138,7 @@ def run_models(args: argparse.Namespace, *, temperatures: Sequence[float]) -> in
 
 def show_models(runner: Runner, plan: bench.ModelsPlan, *, path: Path) -> int:
     """Run `bench.models`, write its JSON and plots, print the table."""
+    print(runner.drafter_note())
     report = bench.models(runner, plan, progress=Bars())
     paths = bench.write_models(report, path)
     print(f"wrote {', '.join(str(p) for p in paths)}")

@@ -59,7 +59,7 @@ def _settings(runner: Runner, max_new: int) -> str:
     config, target = runner.config, runner.target
     where = "".join(f"{n} {getattr(target, n)}, " for n in ("device", "dtype") if hasattr(target, n))
     return (f"settings: backend {config.backend}, target {config.target or 'default'}, {where}"
-            f"drafter {type(runner.drafter).__name__} ({config.draft or 'default'}), "
+            f"{runner.drafter_note()}, "
             f"K={config.k}, {config.params()}, "
             f"seed {config.seed}, max new tokens {max_new}")
 
