@@ -58,7 +58,9 @@ def test_config_precedence_cli_beats_toml_beats_env(tmp_path: Path) -> None:
 
 def test_backend_default_is_torch_below_env() -> None:
     config = config_from_args(_parse(), environ={})
-    assert (config.backend, config.target, config.draft) == ("torch", "smollm2", "int8")
+    assert (config.backend, config.target, config.draft) == ("torch", "smollm2", "auto")
+    static = config_from_args(_parse("--backend", "static-cpu"), environ={})
+    assert static.draft is None  # the static engines keep their own default, a model draft
     env = {f"{ENV_PREFIX}BACKEND": "reference"}
     config = config_from_args(_parse(), environ=env)
     assert (config.backend, config.target, config.draft) == ("reference", None, None)  # its toy models
@@ -165,7 +167,10 @@ def test_bench_writes_json_and_pngs(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert spec["efficiency"] == pytest.approx(rate / base / spec["predicted_speedup"])
     assert spec["efficiency_per_prompt"]["n_prompts"] == 1
     assert records[("plain", 0.0)]["variant"] in {"plain_ours", "plain_hf"}
-    assert set(records[("hf_assisted", 0.7)]["variants_tokens_per_s"]) == {"hf_default", "hf_k4"}
+    # The default drafter (auto) copies and drafts from the int8 model: transformers' prompt
+    # lookup (at 10 and at K) and its int8 assistant (its own schedule and K-matched) are its peers.
+    assert set(records[("hf_assisted", 0.7)]["variants_tokens_per_s"]) == {
+        "hf_default", "hf_k4", "hf_lookup10", "hf_lookup4"}
     assert records[("plain", 0.7)]["achieved_speedup"] == 1.0
     for name in ("bench_tokens_per_s.png", "bench_accepted.png"):
         assert (path.parent / name).stat().st_size > 1000
@@ -201,7 +206,7 @@ def test_check_tree_passes_and_catches_a_broken_rule(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """The tree sampler on SmolLM2 (n = 3000, T = 0.7, top-p 0.9): the exact rule passes, the
     known-wrong one (resample from p) fails; the default n is the size for TV 0.02."""
-    common = ["check", "--k", "2", "--n", "3000", "--settings", "t0.7-p0.9",
+    common = ["check", "--draft", "int8", "--k", "2", "--n", "3000", "--settings", "t0.7-p0.9",
               "--plot", str(tmp_path / "check.png")]
     assert main(common) == 0
     out = capsys.readouterr().out
@@ -212,7 +217,7 @@ def test_check_tree_passes_and_catches_a_broken_rule(tmp_path: Path,
     assert capsys.readouterr().out.rstrip().endswith("check: FAIL")
     assert main(["check", "--sampler", "tree", "--k", "adaptive"]) == 2
     assert "--k: the tree sampler needs a constant K" in capsys.readouterr().err
-    assert main(["check", "--draft", "lookup"]) == 2
+    assert main(["check", "--sampler", "tree", "--draft", "lookup"]) == 2
     assert "--draft: the tree sampler needs a draft model" in capsys.readouterr().err
 
 

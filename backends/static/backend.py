@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
-from specsample_backends.torch import DEFAULT_DRAFT, DEFAULT_TARGET, loading
+from specsample_backends.torch import DEFAULT_TARGET, loading
 from specsample_backends.torch._fast import ARCHITECTURES
 from specsample_backends.torch.dtypes import DTYPES, dtype_option
 from specsample_backends.torch.model import HFModel
@@ -23,6 +23,7 @@ from .pieces import RULES
 
 __all__ = ["DTYPES", "CompileCapture", "StaticBackend", "create_cpu", "engine_options"]
 
+DEFAULT_DRAFT = "int8"  # the graphs draft from a model every round
 OPTIONS = ("buckets", "dtype", "sync_every", "ks", "prefill_chunk", "strict", "pieces", "cpp_wrapper",
            "compiler")
 COMPILERS = ("inductor", "aot_eager")

@@ -14,6 +14,7 @@ from specsample.backend import CoreBackend
 from specsample.bench import next_logits
 from specsample.cli.options import add_model_options, config_from_args, sampling_given
 from specsample.config import Config
+from specsample.drafters import ModelDrafter
 from specsample.params import SamplingParams
 from specsample.runner import Runner, load
 from specsample.testing import (
@@ -42,7 +43,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--sampler", choices=("auto", "tree", "engine"), default="auto",
                         help="tree: exact laws per distinct prefix, shared by rows (large n); "
                              "engine: the backend's own generate, caches and all (smaller n); "
-                             "auto: tree where the backend runs the core round, else engine")
+                             "auto: tree where the backend runs the core round with a model "
+                             "draft (e.g. --draft int8), else engine")
     parser.add_argument("--n", type=int, default=None,
                         help="samples per method and setting (default: enough to detect --tv "
                              "with the tree sampler, 2000 with the engine)")
@@ -142,8 +144,8 @@ def _mode(args: argparse.Namespace, runner: Runner) -> str:
     config, drafter = runner.config, runner.drafter
     runs_core: Any = CoreBackend.generate
     own_engine = type(runner.backend).generate is not runs_core  # e.g. the static engine
-    if args.sampler == "auto":
-        args.sampler = "engine" if own_engine else "tree"
+    if args.sampler == "auto":  # the tree sampler reads a model drafter's laws
+        args.sampler = "engine" if own_engine or not isinstance(drafter, ModelDrafter) else "tree"
     rule = (f"the core's {config.verifier} rule" if args.broken is None
             else f"BROKEN rule {args.broken!r}")
     if args.sampler == "tree":

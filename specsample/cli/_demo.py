@@ -46,11 +46,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def model_demo(*, k: int, seed: int) -> int:
-    """The README's first command: SmolLM2-135M with its int8 self-draft, then a short bench."""
-    print(f"specsample demo: SmolLM2-135M-Instruct (target) and its int8 copy (draft), K={k}; "
-          f"loading...")
-    config = load_config(None, {"k": k, "seed": seed, "temperature": 0.7, "target": DEFAULT_TARGET,
-                                "draft": DEFAULT_DRAFT})
+    """The README's first command: SmolLM2-135M with the default drafter, then a short bench."""
+    print(f"specsample demo: SmolLM2-135M-Instruct (target), drafter {DEFAULT_DRAFT!r} (prompt lookup, "
+          f"and its int8 copy where Thm 3.8 predicts a speedup), K={k}; loading...")
+    config = load_config(None, {"k": k, "seed": seed, "temperature": 0.7, "target": DEFAULT_TARGET})
     runner = specsample.load(config)
     print("two prompts as one ragged batch, T=0.7 (the first streamed):")
     generate_text(runner, [bench.PROMPTS[0][1], bench.PROMPTS[2][1]], 48, stream=True)

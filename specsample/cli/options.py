@@ -23,7 +23,7 @@ __all__ = ["DEFAULT_BACKEND", "DEFAULT_DRAFT", "DEFAULT_TARGET", "SAMPLING", "ad
 DEFAULT_BACKEND = "torch"
 # The CLI's models when no flag, config file or environment names them (a real model); the
 # reference backend's toy models are its own defaults.
-DEFAULT_TARGET, DEFAULT_DRAFT = "smollm2", "int8"
+DEFAULT_TARGET, DEFAULT_DRAFT = "smollm2", "auto"
 SAMPLING = ("temperature", "top_k", "top_p", "min_p")  # Config fields set by the sampling flags
 
 
@@ -52,8 +52,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                        help=f"target model: {DEFAULT_TARGET!r} (default), a model directory or a "
                             f".gguf file; on the reference backend an 'ngram:...' spec")
     group.add_argument("--draft", default=None,
-                       help=f"drafter: {DEFAULT_DRAFT!r} (default), 'early-exit:N', 'lookup' or a model "
-                            f"spec; on the reference backend 'noisy:E', 'lookup' or 'ngram:...'")
+                       help=f"drafter: {DEFAULT_DRAFT!r} (default on torch: lookup where the context "
+                            f"repeats, int8 where Thm 3.8 predicts a speedup, else plain steps), "
+                            f"'int8', 'early-exit:N', 'lookup', 'hybrid[:NAME]', NAME@THRESHOLD or a "
+                            f"model spec; on the reference backend 'noisy:E', 'lookup' or 'ngram:...'")
     group.add_argument("--k", type=k_value, default=None, help="drafts per round, or 'adaptive'")
     group.add_argument("--temperature", type=float, default=None, help="0 means greedy")
     group.add_argument("--top-k", type=int, default=None)
@@ -90,8 +92,11 @@ def load_config(file: Path | None, values: Mapping[str, Any], *,
     config = Config.load(file, environ=env, values=values)
     if config.backend == "reference":
         return config
+    # auto needs the core loop (it gates the model per row and round); the static engines
+    # keep their own default, a model draft every round.
+    default_draft = DEFAULT_DRAFT if config.backend == "torch" else None
     return dataclasses.replace(config, target=config.target or DEFAULT_TARGET,
-                               draft=config.draft or DEFAULT_DRAFT)
+                               draft=config.draft or default_draft)
 
 
 def sampling_given(args: argparse.Namespace, *, environ: Mapping[str, str] | None = None) -> list[str]:
