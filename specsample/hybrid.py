@@ -57,8 +57,10 @@ class HybridDrafter:
     ((1 - a)(K c + 1)) > 1, where a is the row's own acceptance of the model's drafts
     so far, starting from the prior (`prior_alpha`, worth `prior_weight` trials); otherwise
     the row takes a plain step (no draft: one token from p). Each row decides from its
-    own history, so its tokens do not depend on its neighbours. A round where no row
-    copies or drafts runs no draft and verifies one dummy slot, which no row uses.
+    own history, so its tokens do not depend on its neighbours. A row that neither copies
+    nor uses the model takes prompt lookup's own length (one draft after a short match);
+    when the prior already rules the model out, rounds are exactly prompt lookup's, plain
+    steps included.
 
     Args:
         model: the model drafter (with or without a confidence threshold).
@@ -116,26 +118,38 @@ class HybridDrafter:
         return tokens > k * self.cost_ratio + 1
 
     def draft_lengths(self, tokens: Array, lengths: Array, k: int) -> Array:
-        """Every row drafts k: copied where it matches, from the model elsewhere."""
+        """k for every row (copied where it matches, from the model elsewhere); when the model
+        can never run (gated off at the prior, and a row gains evidence only by drafting),
+        prompt lookup's own lengths, so a round where nothing matches is a plain step."""
+        if self._never(k):
+            return self.lookup.draft_lengths(tokens, lengths, k)
         return self.model.draft_lengths(tokens, lengths, k)
+
+    def _never(self, k: int) -> bool:
+        return self.cost_ratio is not None and k > 0 and predicted_speedup(
+            self.prior[0], k, self.cost_ratio) <= 1
+
+    def skip(self, state: HybridState) -> HybridState:
+        """After a plain step: the model saw nothing new (`advance` keeps what its cache holds)."""
+        return dataclasses.replace(state, modelled=namespace(state.seen).zeros_like(state.modelled))
 
     def propose(self, state: HybridState, tokens: Array, lengths: Array, k: int,
                 params: SamplingParams, uniforms: Array) -> Proposal:
         """Copies for matching rows, model drafts (and their q) for the rows that use the
-        model, no draft (length 0) for the others."""
+        model; the others take prompt lookup's own length (one draft after a short match,
+        none without a match)."""
         xp = namespace(tokens)
-        copy = self.lookup.draft_lengths(tokens, lengths, k) == k  # [B]
+        matched = self.lookup.draft_lengths(tokens, lengths, k)  # [B]: k, 1 or 0
+        copy = matched == k
         use = ~copy & self._worth(xp, state, k)
         copied = self.lookup.propose(None, tokens, lengths, k, params, uniforms)
         flags = host_ints(xp.concat([xp.astype(xp.stack([xp.all(copy), xp.any(use)]), xp.int64),
                                      xp.max(lengths - state.seen)[None]]))
-        idle = dataclasses.replace(state, modelled=xp.zeros_like(copy))
+        idle = self.skip(state)
         if flags[0]:
             return Proposal(tokens=copied.tokens, probs=None, state=idle)
-        if not flags[1]:  # nobody uses the model: copies where they match, plain steps elsewhere
-            width = k if bool(xp.any(copy)) else 1
-            return Proposal(tokens=copied.tokens[:, :width], probs=None, state=idle,
-                            lengths=xp.where(copy, width, 0))
+        if not flags[1]:  # nobody uses the model: prompt lookup alone
+            return Proposal(tokens=copied.tokens, probs=None, state=idle, lengths=matched)
         drafted = self.model.propose(DraftState(cache=state.draft.cache, window=max(1, flags[2])),
                                      tokens, lengths, k, params, uniforms)
         made = int(drafted.tokens.shape[1])
@@ -151,11 +165,11 @@ class HybridDrafter:
         model_lengths = drafted.lengths if drafted.lengths is not None else xp.full_like(lengths, made)
         own_lengths = xp.where(use, model_lengths, 0)
         return Proposal(
-            tokens=xp.where(copy[:, None], copied.tokens, own),
-            probs=xp.where(copy[:, None, None], one_hot, q),
+            tokens=xp.where(use[:, None], own, copied.tokens),
+            probs=xp.where(use[:, None, None], q, one_hot),
             state=dataclasses.replace(state, draft=drafted.state, seen=lengths, modelled=use,
                                       drafted=own_lengths),
-            lengths=xp.where(copy, k, own_lengths))
+            lengths=xp.where(use, own_lengths, matched))
 
     def advance(self, state: HybridState, lengths: Array) -> HybridState:
         """Modelled rows: the cache holds L - 2 committed tokens (as `ModelDrafter.advance`),

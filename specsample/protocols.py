@@ -9,7 +9,7 @@ from specsample._array import Array
 from specsample.cache import Cache
 from specsample.params import SamplingParams
 
-__all__ = ["Drafter", "Model", "Proposal"]
+__all__ = ["Drafter", "Model", "Proposal", "SkippingDrafter"]
 
 
 @runtime_checkable
@@ -95,4 +95,17 @@ class Drafter(Protocol):
         the draft process, which leaves the output law unchanged. A row with 0 takes
         a plain step; only a stateless drafter (state None) may give 0 to every row.
         """
+        ...
+
+
+@runtime_checkable
+class SkippingDrafter(Drafter, Protocol):
+    """A drafter with state that can sit out a round (a plain step, K = 0).
+
+    `skip` gives the state after a round in which it proposed nothing; `advance` then
+    moves it to the new committed lengths as after any round.
+    """
+
+    def skip(self, state: Any) -> Any:
+        """The state after a round without a proposal."""
         ...

@@ -9,7 +9,7 @@ from typing import Any
 from specsample._array import Array, check_int, check_shape, device, namespace
 from specsample.cache import Cache, check_live, rollback
 from specsample.params import SamplingParams
-from specsample.protocols import Drafter, Model, Proposal
+from specsample.protocols import Drafter, Model, Proposal, SkippingDrafter
 from specsample.sample import sample
 from specsample.verify import Verdict, verify
 from specsample.warp import warp
@@ -104,8 +104,9 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
 
     With k = 0 the round is a plain step: one token per row sampled from p with
     `uniforms[:, 0]`, no draft and no verify (a drafter with nothing to propose, such as
-    prompt lookup without a match, asks for it). Only a stateless drafter (state None)
-    may skip a round, since its state does not have to follow the committed tokens.
+    prompt lookup without a match, asks for it). Only a stateless drafter (state None) or
+    a `SkippingDrafter` may sit out a round, since its state must follow the committed
+    tokens.
 
     Args:
         k: drafts per row, >= 0.
@@ -129,14 +130,17 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
     xp = namespace(state.tokens)
     last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
     if k == 0:
-        if state.draft_state is not None:
-            raise ValueError(f"k: 0 (a plain step) needs a stateless drafter (state None), got a "
-                             f"{type(state.draft_state).__name__} state; use k >= 1")
+        skips = isinstance(drafter, SkippingDrafter)
+        if state.draft_state is not None and not skips:
+            raise ValueError(f"k: 0 (a plain step) needs a stateless drafter (state None) or a "
+                             f"SkippingDrafter, got a {type(state.draft_state).__name__} state; "
+                             f"use k >= 1")
         check_shape("uniforms", uniforms, (int(state.tokens.shape[0]), 1))
         logits, cache = target.forward(last, state.target_cache)
         final = sample(warp(logits[:, 0, :], params, check=check), uniforms[:, 0], check=check)
         verdict = Verdict(tokens=final[:, None], num_accepted=xp.zeros_like(state.lengths))
-        draft_state, drafted = None, xp.zeros_like(state.lengths)
+        draft_state = drafter.skip(state.draft_state) if skips else None  # type: ignore[attr-defined]
+        drafted = xp.zeros_like(state.lengths)
     else:
         proposal = drafter.propose(state.draft_state, state.tokens, state.lengths, k, params,
                                    uniforms[:, :k])

@@ -15,6 +15,7 @@ from specsample import SamplingParams, generate, generate_plain, get_backend
 from specsample.drafters import ModelDrafter
 from specsample.hybrid import HybridDrafter, compose_drafter
 from specsample.lookup import PromptLookupDrafter
+from specsample.protocols import SkippingDrafter
 from specsample.rng import round_uniforms, uniforms
 from specsample.round import round_step, start
 
@@ -97,6 +98,10 @@ def test_a_round_where_every_row_copies_skips_the_model_and_the_cache_catches_up
     prompt, lengths = _prompt([[1, 2, 3, 4] * 4, [2, 3, 4, 1] * 4])
     state = start(target, hybrid, prompt, lengths, capacity=CAPACITY, stop_lengths=lengths + 40)
     params, skipped, caught_up = SamplingParams(temperature=0.0), 0, 0
+    assert isinstance(hybrid, SkippingDrafter)  # it may sit out a round: a plain step first
+    state, _ = round_step(state, target, hybrid, k=0, params=params,
+                          uniforms=round_uniforms(0, 99, 2, 0, like=prompt))
+    assert counting.fed == len(lengths) * (int(lengths.max()) - 1)  # the prefill alone
     for index in range(30):
         if state.done.all():
             break
@@ -144,22 +149,25 @@ def test_names_and_their_errors() -> None:
 # ---------------------------------------------------------------- auto: the gated hybrid
 
 class Lengths(HybridDrafter):
-    """A gated HybridDrafter that records each round's per-row lengths and copy flags."""
+    """A gated HybridDrafter that records each round's per-row lengths, copy flags and which
+    rows drafted from the model."""
 
     rounds: list[tuple[list[int], list[bool]]]
+    modelled: list[list[bool]]
 
     def propose(self, state, tokens, lengths, k, params, uniforms):  # type: ignore[no-untyped-def]
         out = super().propose(state, tokens, lengths, k, params, uniforms)
         copy = (self.lookup.draft_lengths(tokens, lengths, k) == k).tolist()
         kept = [k] * len(copy) if out.lengths is None else out.lengths.tolist()
         self.rounds.append((kept, copy))
+        self.modelled.append(out.state.modelled.tolist())
         return out
 
 
 def _gated(cost: float, prior: float, weight: float, counting: Counting) -> Lengths:
     drafter = Lengths(ModelDrafter(counting), cost_ratio=cost, prior_alpha=prior,  # type: ignore[arg-type]
                       prior_weight=weight)
-    drafter.rounds = []
+    drafter.rounds, drafter.modelled = [], []
     return drafter
 
 
@@ -177,7 +185,7 @@ def test_a_row_drafts_from_the_model_only_while_thm_3_8_predicts_a_speedup() -> 
     counting = Counting(far)
     gated = _gated(0.3, 0.9, 1.0, counting)
     generate(target, gated, prompt, **run)  # type: ignore[arg-type]
-    modelled = [[n > 0 and not c for n, c in zip(kept, copy, strict=True)] for kept, copy in gated.rounds]
+    modelled = gated.modelled
     assert any(modelled[0]), "at the prior the model is worth drafting"
     late = modelled[len(modelled) // 2:]
     assert not any(any(r) for r in late), "rows with poor acceptance must have turned to plain steps"
@@ -186,8 +194,12 @@ def test_a_row_drafts_from_the_model_only_while_thm_3_8_predicts_a_speedup() -> 
     generate(target, never, prompt, **run)  # type: ignore[arg-type]
     prefill = len(lengths) * (int(lengths.max()) - 1)
     assert never.model.model.fed == prefill, "only the prefill may run"
-    for kept, copy in never.rounds:
-        assert all(n == 0 for n, c in zip(kept, copy, strict=True) if not c)
+    for kept, copy in never.rounds:  # prompt lookup's own lengths: 1 after a short match, else 0
+        assert all(n in (0, 1) for n, c in zip(kept, copy, strict=True) if not c)
+    fresh = np.array([[0, 1, 2, 3, 4]])  # its last token occurred nowhere before: no match
+    k_counts = generate(target, _gated(1e3, 0.9, 1.0, Counting(far)), fresh, max_new_tokens=4,  # type: ignore[arg-type]
+                        params=params, k=3, seed=2).metrics.k_counts
+    assert k_counts[0] > 0, "a round where nothing matches is a plain step (K = 0)"
 
     always = _gated(0.0, 0.9, 1.0, Counting(far))
     generate(target, always, prompt, **run)  # type: ignore[arg-type]
