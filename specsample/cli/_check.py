@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from specsample.config import Config
 from specsample.drafters import ModelDrafter
 from specsample.params import SamplingParams
 from specsample.runner import Runner, load
+from specsample.shard import Shard, join
 from specsample.testing import (
     FitResult,
     HomogeneityResult,
@@ -33,6 +35,7 @@ PROMPT = "The best thing about summer is"  # a first token with spread at T=1 an
 # The built-in pair, checked when no sampling option is given (by flag, config file or environment).
 SETTINGS = {"t1.0": SamplingParams(temperature=1.0), "t0.7-p0.9": SamplingParams(temperature=0.7, top_p=0.9)}
 ROWS = 200
+SINGLE = Shard()
 
 
 def add_parser(sub: Any) -> None:
@@ -45,8 +48,10 @@ def add_parser(sub: Any) -> None:
                              "engine: the backend's own generate, caches and all (smaller n); "
                              "auto: tree where the backend runs the core round with a model "
                              "draft (e.g. --draft int8), else engine")
-    parser.add_argument("--n", type=int, default=None,
-                        help="samples per method and setting (default: enough to detect --tv "
+    parser.add_argument("--n", "--samples", dest="n", type=int, default=None,
+                        help="samples per method and setting (--samples under torchrun, whose "
+                             "own options --nnodes, --nproc-per-node make --n ambiguous; default: "
+                             "enough to detect --tv "
                              "with the tree sampler, 2000 with the engine)")
     parser.add_argument("--tv", type=float, default=0.02,
                         help="the TV distance the default --n detects (miss rate <= --alpha)")
@@ -60,20 +65,36 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--broken", choices=sorted(broken.VERIFIERS), default=None,
                         help="swap the acceptance rule for a known-wrong one (a negative control)")
     parser.add_argument("--plot", type=Path, default=Path("results/check.png"))
+    parser.add_argument("--distributed", action="store_true",
+                        help="split the engine sampler's calls over the ranks of a torchrun launch "
+                             "(gloo); rank 0 gathers them in order and tests: the same samples as "
+                             "one process")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds a rank waits for the others before failing (--distributed)")
     parser.set_defaults(run=run)
 
 
-def _draw(fn: Any, n: int, rows: int, bar: tqdm, **kwargs: Any) -> np.ndarray:
-    """[n, 3] first three generated tokens, from calls of `rows` rows with fresh seeds."""
-    out: list[np.ndarray] = []
+def _draw(fn: Any, n: int, rows: int, bar: tqdm, shard: Shard, **kwargs: Any) -> np.ndarray | None:
+    """[n, 3] first three generated tokens, from calls of `rows` rows; call c uses seed + c, so
+    the calls can run on any rank (None on ranks other than 0)."""
     seed = int(kwargs.pop("seed"))
-    while sum(len(o) for o in out) < n:
-        g = fn(seed=seed, **kwargs)
-        new = host(g.sequences[:, int(g.prompt_lengths[0]):][:, :3])
-        out.append(new)
+
+    def call(c: int) -> np.ndarray:
+        g = fn(seed=seed + c, **kwargs)
+        new: np.ndarray = host(g.sequences[:, int(g.prompt_lengths[0]):][:, :3])
         bar.update(len(new))
-        seed += 1
-    return np.concatenate(out)[:n]
+        return new
+
+    out = shard.run(-(-n // rows), call)
+    return None if out is None else np.concatenate(out)[:n]
+
+
+def digest(*samples: np.ndarray) -> str:
+    """A short hash of sample arrays: equal digests, bit-identical samples."""
+    h = hashlib.sha256()
+    for s in samples:
+        h.update(np.ascontiguousarray(s, dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
 
 
 def host(x: Any) -> np.ndarray:
@@ -111,18 +132,20 @@ BINS = 8  # outcomes per test: the 7 most frequent and the rest (keeps the TV bo
 
 
 def _engine(runner: Runner, args: argparse.Namespace, prompt: Any, params: SamplingParams,
-            verifier: Any, bar: tqdm) -> tuple[np.ndarray, np.ndarray]:
-    """[n, 3] first tokens of speculative and plain generations, through the backend's engine."""
+            verifier: Any, bar: tqdm, shard: Shard = SINGLE) -> tuple[np.ndarray, np.ndarray] | None:
+    """[n, 3] first tokens of speculative and plain generations, through the backend's engine
+    (None on ranks other than 0)."""
     rows = runner.backend.asarray(np.zeros((min(args.rows or ROWS, args.n), 1), dtype=np.int64)) + prompt
     common = {"prompts": rows, "max_new_tokens": 3, "params": params, "eos_token_id": None}
-    spec = _draw(runner.generate, args.n, len(rows), bar, seed=runner.config.seed,
+    spec = _draw(runner.generate, args.n, len(rows), bar, shard, seed=runner.config.seed,
                  verifier=runner.config.verifier if args.broken is None else verifier, **common)
-    plain = _draw(runner.generate_plain, args.n, len(rows), bar, seed=runner.config.seed + 10**6, **common)
-    return spec, plain
+    plain = _draw(runner.generate_plain, args.n, len(rows), bar, shard,
+                  seed=runner.config.seed + 10**6, **common)
+    return None if spec is None or plain is None else (spec, plain)
 
 
 def _tree(runner: Runner, args: argparse.Namespace, prompt: Any, params: SamplingParams,
-          verifier: Any, bar: tqdm) -> tuple[np.ndarray, np.ndarray]:
+          verifier: Any, bar: tqdm, shard: Shard = SINGLE) -> tuple[np.ndarray, np.ndarray]:
     """[n, 3] first tokens of speculative and plain sampling, each distinct prefix once."""
     spec, plain, counts = tree_samples(runner.target, runner.drafter, prompt, n=args.n,
                                        k=int(runner.config.k), params=params,
@@ -216,6 +239,27 @@ def run(args: argparse.Namespace) -> int:
     if args.n < 100:
         raise ValueError(f"--n: expected >= 100 samples per method, got {args.n} (from --tv "
                          f"{args.tv} and --alpha {args.alpha})")
+    if not args.distributed:
+        return _report(runner, args, prompt, chosen, verifier, rule, mode, SINGLE)
+    if args.sampler != "engine":
+        raise ValueError(f"--distributed: only the engine sampler shards its calls (each keyed by "
+                         f"its index), got --sampler {args.sampler} (add --sampler engine)")
+    shard = join(args.timeout)
+    try:
+        if shard.rank == 0:
+            return _report(runner, args, prompt, chosen, verifier, rule, f"{mode}, {shard.world} ranks",
+                           shard)
+        for params in chosen.values():  # the other ranks sample their share and send it to rank 0
+            _engine(runner, args, prompt, params, verifier, tqdm(disable=True), shard)
+        return 0
+    finally:
+        shard.close()
+
+
+def _report(runner: Runner, args: argparse.Namespace, prompt: Any, chosen: dict[str, SamplingParams],
+            verifier: Any, rule: str, mode: str, shard: Shard) -> int:
+    """Rank 0 (or the only process): sample every setting, test, print, plot."""
+    config, tokenizer = runner.config, runner.tokenizer
     print(f"check: target {config.target or 'default'}, draft {config.draft or 'default'}, "
           f"backend {config.backend}, K={config.k}, verifier {rule}, {mode}, prompt {args.prompt!r}, "
           f"n={args.n:,} per method, alpha={args.alpha}")
@@ -224,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
           f"per method ({BINS} outcomes)")
     ok, panels = True, []
     for name, params in chosen.items():
-        passed, panel = _one(runner, args, prompt, name, params, verifier)
+        passed, panel = _one(runner, args, prompt, name, params, verifier, shard)
         ok &= passed
         panels.append(panel)
     _plot(panels, args.plot, tokenizer)
@@ -236,12 +280,14 @@ Panel = tuple[str, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _one(runner: Runner, args: argparse.Namespace, prompt: Any, name: str, params: SamplingParams,
-         verifier: Any) -> tuple[bool, Panel]:
+         verifier: Any, shard: Shard) -> tuple[bool, Panel]:
     """Sample, test and print one setting; (every test passed, the plot's panel)."""
     draw = _tree if args.sampler == "tree" else _engine
     bar = tqdm(total=2 * args.n, desc=f"{name}: sampling", unit="seq")
     began = time.perf_counter()
-    spec, plain = draw(runner, args, prompt, params, verifier, bar)
+    drawn = draw(runner, args, prompt, params, verifier, bar, shard)
+    assert drawn is not None  # rank 0 gathers every call
+    spec, plain = drawn
     bar.close()
     logits = next_logits(runner.target, prompt)
     exact = host(warp(logits.double() if hasattr(logits, "double") else logits.astype(np.float64), params))
@@ -260,6 +306,7 @@ def _one(runner: Runner, args: argparse.Namespace, prompt: Any, name: str, param
               f"nothing here; the 3-token test does (or choose another --prompt)")
     for what, result in results.items():
         print(f"  {what}: {result}")
+    print(f"  samples digest (speculative, plain): {digest(spec)} {digest(plain)}")
     print(f"  TV here is between the laws projected on {BINS} outcomes (the 7 most frequent in "
           f"both samples together, the rest); a test misses a TV >= its 'detects' value with "
           f"probability <= {2 * args.alpha:.2g} (the split being chosen from the data, the "
