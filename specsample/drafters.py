@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from specsample._array import Array, check_shape, device, namespace
 from specsample.cache import Cache, rollback
@@ -12,7 +11,7 @@ from specsample.protocols import Model, Proposal
 from specsample.sample import sample
 from specsample.warp import warp
 
-__all__ = ["DraftState", "ModelDrafter", "confidence_lengths"]
+__all__ = ["DraftState", "ModelDrafter", "confidence_lengths", "token_confidence"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -63,8 +62,10 @@ def _check_threshold(threshold: float | None, *, optional: bool = True) -> float
     return float(threshold)
 
 
-def _token_probability(xp: Any, logits: Array, x: Array) -> Array:
-    """softmax(logits)[b, x[b]] at temperature 1: [B] (float64 where the logits are)."""
+def token_confidence(logits: Array, x: Array) -> Array:
+    """The draft's confidence in its tokens: softmax(logits [B, V])[b, x[b]] at temperature 1,
+    [B] in the logits' dtype."""
+    xp = namespace(logits)
     top = xp.max(logits, axis=-1, keepdims=True)
     log_total = xp.log(xp.sum(xp.exp(logits - top), axis=-1))  # [B]
     picked = xp.take_along_axis(logits, x[:, None], axis=-1)[:, 0] - top[:, 0]
@@ -132,7 +133,7 @@ class ModelDrafter:
             drafted.append(x)
             laws.append(q)
             if self.threshold is not None:
-                sure.append(_token_probability(xp, logits, x))
+                sure.append(token_confidence(logits, x))
                 low = sure[-1] < self.threshold
                 stopped = low if stopped is None else stopped | low
                 if i + 1 < k and bool(xp.all(stopped)):  # no row drafts on: save the forwards

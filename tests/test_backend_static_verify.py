@@ -1,12 +1,15 @@
-"""The static engine's verify_block_tensor: token for token the core's verify_block, and traceable."""
+"""The static engine's verify_tensor / verify_block_tensor and its confidence rule: token for
+token the core's, and traceable."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from specsample_backends.static import verify_block_tensor
+from specsample_backends.static.verify import confidence_tensor, kept_tensor, verify_tensor
 
-from specsample import verify_block
+from specsample import verify, verify_block
+from specsample.drafters import confidence_lengths, token_confidence
 
 V = 37
 
@@ -43,3 +46,27 @@ def test_verify_block_tensor_compiles_as_one_graph() -> None:
     tokens, n = compiled(x, q, p, u, lengths)
     want = verify_block(x, q, p, u, check=False, draft_lengths=lengths)
     assert torch.equal(tokens, want.tokens) and torch.equal(n, want.num_accepted)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("seed", range(10))
+def test_verify_tensor_with_draft_lengths_equals_core_verify(seed: int, dtype: torch.dtype) -> None:
+    x, q, p, u, lengths = _inputs(seed, dtype)
+    for kwargs in ({}, {"draft_lengths": lengths}):
+        tokens, n = verify_tensor(x, q, p, u, **kwargs)
+        want = verify(x, q, p, u, check=False, **kwargs)
+        assert torch.equal(tokens, want.tokens) and torch.equal(n, want.num_accepted)
+
+
+def test_the_confidence_rule_is_the_drafters() -> None:
+    """`confidence_tensor` and `kept_tensor` give `ModelDrafter`'s confidence and
+    `confidence_lengths`, bit for bit; a zero threshold keeps all K (the knob's 'off')."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(64, V, generator=gen, dtype=torch.float64) * 3
+    x = torch.randint(0, V, (64,), generator=gen)
+    assert torch.equal(confidence_tensor(logits, x), token_confidence(logits, x))
+    conf = torch.rand(64, 4, generator=gen, dtype=torch.float64)
+    for threshold in (0.1, 0.5, 0.9):
+        assert torch.equal(kept_tensor(conf, torch.tensor(threshold, dtype=torch.float64)),
+                           confidence_lengths(conf, threshold))
+    assert (kept_tensor(conf, torch.tensor(0.0, dtype=torch.float64)) == 4).all()

@@ -163,7 +163,7 @@ class StaticBackend(CoreBackend):
         run.rows(int(prompt.shape[0]))
         engine = self.engine(model, draft)
         with torch.no_grad():
-            yield from engine.iterate(prompt, lengths, run)
+            yield from engine.iterate(prompt, lengths, run, threshold=draft.threshold)
 
     def generate(self, target: Model, drafter: Drafter, input_ids: Any,
                  run: RunOptions) -> Generation:
@@ -179,10 +179,6 @@ def _models(backend: str, target: Model, drafter: Drafter) -> tuple[HFModel, Mod
     if not isinstance(drafter, ModelDrafter):
         raise TypeError(f"drafter: the {backend} backend expected a ModelDrafter, "
                         f"got {type(drafter).__name__}")
-    if drafter.threshold is not None:
-        raise ValueError(f"drafter: the {backend} backend drafts all K tokens (its graphs have no "
-                         f"confidence threshold yet), got threshold={drafter.threshold}; use the "
-                         f"torch backend for thresholded drafts")
     return target, drafter
 
 

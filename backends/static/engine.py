@@ -215,17 +215,19 @@ class Engine:
         self.capture.boundary()
 
     def load(self, slot: Slot, prompt: Tensor, lengths: Tensor, max_new_tokens: int,
-             params: SamplingParams, eos_token_id: int | None) -> None:
+             params: SamplingParams, eos_token_id: int | None, threshold: float | None = None) -> None:
         """Copy a run's inputs into the slot's buffers (no reallocation)."""
         slot.tokens.zero_()
         slot.tokens[:, : prompt.shape[1]].copy_(prompt)
         slot.lengths.copy_(lengths)
         slot.stop.copy_(lengths + max_new_tokens)
         slot.done.copy_(lengths >= slot.stop)
-        slot.knob.copy_(knobs(params, self.vocab, dtype=slot.knob.dtype, device=self.device))
+        slot.knob.copy_(knobs(params, self.vocab, dtype=slot.knob.dtype, device=self.device,
+                              threshold=threshold))
         slot.eos.fill_(-1 if eos_token_id is None else eos_token_id)
 
-    def iterate(self, prompt: Tensor, lengths: Tensor, run: RunOptions) -> Iterator[Step]:
+    def iterate(self, prompt: Tensor, lengths: Tensor, run: RunOptions,
+                threshold: float | None = None) -> Iterator[Step]:
         """Rounds until every row stops, yielding core `Step`s after each host sync.
 
         The host reads device values once per `sync_every` rounds (stop flags and
@@ -239,12 +241,15 @@ class Engine:
             prompt: int64 [B, T] right-padded, on the device; lengths int64 [B] (>= 1).
             run: the run's options; `verifier` names a rule in `RULES` (`check` is the
                 caller's to handle).
+            threshold: the drafter's confidence threshold (`ModelDrafter.threshold`): every
+                row drafts K and verifies its drafts up to the first one below it. A knob,
+                like the sampling parameters: changing it compiles nothing.
         """
         batch, policy, rule = int(prompt.shape[0]), run.policy, str(run.verifier)
         width = int(lengths.max())
         needed = max(width + run.max_new_tokens + policy.k_max + 1, run.capacity or 0)
         slot = self.slot(batch, self.bucket(needed))
-        self.load(slot, prompt, lengths, run.max_new_tokens, run.params, run.eos_token_id)
+        self.load(slot, prompt, lengths, run.max_new_tokens, run.params, run.eos_token_id, threshold)
         if width > 1:
             self.prefill(slot, prompt, width - 1)
         metrics, index, pending = Metrics(), 0, []
@@ -282,16 +287,17 @@ class Engine:
 
     def _sync(self, slot: Slot, pending: list[Any], metrics: Metrics) -> tuple[bool, list[Step], Metrics]:
         """One device read for the pending rounds: their counts and whether all rows are done."""
-        counts = torch.stack([torch.stack([n, e, a.long()]) for _, _, (_, n, e, a), _ in pending])
+        counts = torch.stack([torch.stack([n, e, a.long(), kept]) for _, _, (_, n, e, a, kept), _ in pending])
         host = torch.cat([counts.flatten(), slot.done.all().long()[None]]).tolist()  # the sync
         batch = int(slot.tokens.shape[0])
         state = self._snapshot(slot)
         steps = []
-        for j, (index, k, (verdict, n, emitted, active), elapsed) in enumerate(pending):
-            rows = host[3 * batch * j: 3 * batch * (j + 1)]
+        for j, (index, k, (verdict, n, emitted, active, kept), elapsed) in enumerate(pending):
+            rows = host[4 * batch * j: 4 * batch * (j + 1)]
             metrics = tally(metrics, k=k, accepted=rows[:batch], emitted=rows[batch: 2 * batch],
-                            active=[bool(a) for a in rows[2 * batch:]], elapsed_s=elapsed)
+                            active=[bool(a) for a in rows[2 * batch: 3 * batch]], elapsed_s=elapsed,
+                            drafted=rows[3 * batch:])
             result = RoundResult(verdict=Verdict(tokens=verdict, num_accepted=n), emitted=emitted,
-                                 active=active, drafted=torch.full_like(n, k))
+                                 active=active, drafted=kept)
             steps.append(Step(index=index, k=k, result=result, state=state, metrics=metrics))
         return bool(host[-1]), steps, metrics

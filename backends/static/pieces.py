@@ -38,7 +38,14 @@ from specsample_backends.torch._fast import (
 )
 from torch import Tensor, nn
 
-from .verify import commit, sample_tensor, verify_block_tensor, verify_tensor
+from .verify import (
+    commit,
+    confidence_tensor,
+    kept_tensor,
+    sample_tensor,
+    verify_block_tensor,
+    verify_tensor,
+)
 from .warp import warp_tensor
 
 __all__ = ["RULES", "DraftSampleStep", "EmbedStep", "HeadStep", "LayerStep", "VerifyStep", "layer_weights",
@@ -137,12 +144,14 @@ class HeadStep(nn.Module):
 
 
 class DraftSampleStep(nn.Module):
-    """logits [B, V] -> (token [B], its law q [B, V]) under the knobs and uniforms u [B]."""
+    """logits [B, V] -> (token [B], its law q [B, V], the draft's confidence in it [B]) under
+    the knobs and uniforms u [B]."""
 
-    def forward(self, logits: Tensor, knob: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
-        """The sampled draft token and the law it was sampled from."""
+    def forward(self, logits: Tensor, knob: Tensor, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The sampled draft token, the law it was sampled from, its temperature-1 probability."""
         q = warp_tensor(logits, knob)
-        return sample_tensor(q, u), q
+        x = sample_tensor(q, u)
+        return x, q, confidence_tensor(logits, x)
 
 
 RULES = {"token": verify_tensor, "block": verify_block_tensor}  # the verifiers a graph can hold
@@ -161,14 +170,15 @@ class VerifyStep(nn.Module):
             raise ValueError(f"verifier: the static engine compiles {sorted(RULES)}, got {rule!r}")
         self.rule = rule
 
-    def forward(self, logits: Tensor, drafted: Tensor, q: Tensor, u: Tensor, knob: Tensor,
-                eos: Tensor, tokens: Tensor, lengths: Tensor, stop: Tensor,
-                done: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(verdict tokens [B, K+1], num_accepted [B], emitted [B], active [B])."""
-        verdict, n = RULES[self.rule](drafted, q, warp_tensor(logits, knob), u)
+    def forward(self, logits: Tensor, drafted: Tensor, q: Tensor, confidence: Tensor, u: Tensor,
+                knob: Tensor, eos: Tensor, tokens: Tensor, lengths: Tensor, stop: Tensor,
+                done: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(verdict tokens [B, K+1], num_accepted [B], emitted [B], active [B], drafts kept [B])."""
+        kept = kept_tensor(confidence, knob[4])  # knob[4] = 0: every row keeps all K
+        verdict, n = RULES[self.rule](drafted, q, warp_tensor(logits, knob), u, kept)
         active = ~done
         emitted, new, ended, finished = commit(verdict, n, tokens, lengths, stop, done, eos)
         tokens.copy_(new)
         lengths.copy_(ended)
         done.copy_(finished)
-        return verdict, n, emitted, active
+        return verdict, n, emitted, active, kept

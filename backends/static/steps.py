@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from specsample.cache import Lineage
 
 from .pieces import RULES, layer_weights
-from .verify import commit, sample_tensor
+from .verify import commit, confidence_tensor, kept_tensor, sample_tensor
 from .warp import warp_tensor
 
 if TYPE_CHECKING:
@@ -105,8 +105,10 @@ class RoundStep(nn.Module):
         runs warm-up calls restores them)."""
         return self.slot.tokens, self.slot.lengths, self.slot.done
 
-    def draft(self, u: Tensor, knob: Tensor) -> tuple[Tensor, Tensor]:
-        """K draft tokens [B, K] and their laws q [B, K, V] (`ModelDrafter.propose`).
+    def draft(self, u: Tensor, knob: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """K draft tokens [B, K], their laws q [B, K, V] and the draft's confidence in each
+        [B, K] (`ModelDrafter.propose`; every row drafts K, a threshold only shortens the
+        block each row verifies).
 
         The draft cache holds L - 2 entries: the first forward feeds the last two
         committed tokens (positions clipped at 0 for a one-token prompt).
@@ -114,30 +116,33 @@ class RoundStep(nn.Module):
         s, lengths = self.slot, self.slot.lengths
         pos = (lengths[:, None] + torch.arange(2, device=lengths.device) - 2).clamp(min=0)  # [B, 2]
         feed = s.tokens.gather(1, pos)
-        drafted, laws = [], []
+        drafted, laws, sure = [], [], []
         for i in range(self.k):
             logits = _forward(self.engine.draft, feed, pos, s.draft_kv)[:, -1]  # [B, V]
             q = warp_tensor(logits, knob)
             x = sample_tensor(q, u[:, i])  # [B]
             drafted.append(x)
             laws.append(q)
+            sure.append(confidence_tensor(logits, x))
             feed, pos = x[:, None], (lengths + i)[:, None]
-        return torch.stack(drafted, dim=1), torch.stack(laws, dim=1)
+        return torch.stack(drafted, dim=1), torch.stack(laws, dim=1), torch.stack(sure, dim=1)
 
-    def forward(self, u: Tensor, knob: Tensor, eos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Run the round; returns (verdict tokens [B, K+1], num_accepted, emitted, active [B])."""
+    def forward(self, u: Tensor, knob: Tensor, eos: Tensor) -> tuple[Tensor, ...]:
+        """Run the round; returns (verdict tokens [B, K+1], num_accepted, emitted, active,
+        drafts kept [B])."""
         s, k = self.slot, self.k
-        drafted, q = self.draft(u[:, :k], knob)
+        drafted, q, sure = self.draft(u[:, :k], knob)
         last = s.tokens.gather(1, (s.lengths - 1)[:, None])  # [B, 1]
         pos = s.lengths[:, None] - 1 + torch.arange(k + 1, device=last.device)  # [B, K+1]
         logits = _forward(self.engine.target, torch.cat([last, drafted], dim=1), pos, s.target_kv)
-        verdict, n = RULES[self.rule](drafted, q, warp_tensor(logits, knob), u[:, k:])
+        kept = kept_tensor(sure, knob[4])
+        verdict, n = RULES[self.rule](drafted, q, warp_tensor(logits, knob), u[:, k:], kept)
         active = ~s.done
         emitted, tokens, lengths, done = commit(verdict, n, s.tokens, s.lengths, s.stop, s.done, eos)
         s.tokens.copy_(tokens)
         s.lengths.copy_(lengths)
         s.done.copy_(done)
-        return verdict, n, emitted, active
+        return verdict, n, emitted, active, kept
 
 
 class Model:
@@ -187,27 +192,29 @@ class PiecewiseRound:
         self.two = torch.arange(2, device=slot.tokens.device) - 2
         self.span = torch.arange(k + 1, device=slot.tokens.device) - 1
 
-    def __call__(self, u: Tensor, knob: Tensor, eos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Run the round; returns (verdict tokens [B, K+1], num_accepted, emitted, active [B])."""
+    def __call__(self, u: Tensor, knob: Tensor, eos: Tensor) -> tuple[Tensor, ...]:
+        """Run the round; returns (verdict tokens [B, K+1], num_accepted, emitted, active,
+        drafts kept [B])."""
         s, k = self.slot, self.k
         lengths = s.lengths
         pos = (lengths[:, None] + self.two).clamp(min=0)  # [B, 2]
         feed = s.tokens.gather(1, pos)
-        drafted, laws = [], []
+        drafted, laws, sure = [], [], []
         for i in range(k):
             logits = self.draft.logits(feed, pos, last=True)[:, 0]  # [B, V]
             ui = u[:, i].clone(memory_format=torch.contiguous_format)  # one graph for every K
-            x, q = self.sample(logits, knob, ui)
+            x, q, confidence = self.sample(logits, knob, ui)
             drafted.append(x)
             laws.append(q)
+            sure.append(confidence)
             feed, pos = x[:, None], (lengths + i)[:, None]
         tokens = torch.stack(drafted, dim=1)
         last = s.tokens.gather(1, (lengths - 1)[:, None])  # [B, 1]
         pos = lengths[:, None] + self.span  # [B, K+1]
         logits = self.target.logits(torch.cat([last, tokens], dim=1), pos)
-        out: tuple[Tensor, Tensor, Tensor, Tensor] = self.verify(
-            logits, tokens, torch.stack(laws, dim=1), u[:, k:], knob, eos, s.tokens, s.lengths,
-            s.stop, s.done)
+        out: tuple[Tensor, ...] = self.verify(
+            logits, tokens, torch.stack(laws, dim=1), torch.stack(sure, dim=1), u[:, k:], knob, eos,
+            s.tokens, s.lengths, s.stop, s.done)
         return out
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["commit", "sample_tensor", "verify_block_tensor", "verify_tensor"]
+__all__ = ["commit", "confidence_tensor", "kept_tensor", "sample_tensor", "verify_block_tensor",
+           "verify_tensor"]
 
 
 def sample_tensor(probs: Tensor, u: Tensor) -> Tensor:
@@ -22,8 +23,24 @@ def sample_tensor(probs: Tensor, u: Tensor) -> Tensor:
     return torch.searchsorted(cdf.contiguous(), threshold.contiguous(), right=True)[..., 0]
 
 
+def confidence_tensor(logits: Tensor, x: Tensor) -> Tensor:
+    """softmax(logits)[b, x[b]] at temperature 1, [B]: `ModelDrafter`'s confidence, the same
+    operations in the same order."""
+    top = logits.amax(dim=-1, keepdim=True)
+    log_total = (logits - top).exp().sum(dim=-1).log()
+    picked = logits.gather(-1, x[:, None])[:, 0] - top[:, 0]
+    return (picked - log_total).exp()
+
+
+def kept_tensor(confidence: Tensor, threshold: Tensor) -> Tensor:
+    """`confidence_lengths(confidence, threshold)` int64 [B]; a threshold of 0 keeps all K."""
+    k = int(confidence.shape[1])
+    slots = torch.arange(k, device=confidence.device)[None, :]
+    return torch.where(confidence < threshold, slots + 1, k).amin(dim=1)
+
+
 def verify_tensor(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor,
-                  uniforms: Tensor) -> tuple[Tensor, Tensor]:
+                  uniforms: Tensor, draft_lengths: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """`verify(..., check=False)`: (tokens [B, K+1], num_accepted [B]).
 
     Args:
@@ -31,6 +48,8 @@ def verify_tensor(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tenso
         draft_probs: [B, K, V], the laws the drafts were sampled from.
         target_probs: [B, K+1, V].
         uniforms: [B, K+1] in [0, 1).
+        draft_lengths: int64 [B] in [0, K], or None for K: row b verifies its first L_b
+            drafts as a round of K = L_b would.
     """
     batch, k = draft_tokens.shape
     at = draft_tokens[..., None]  # [B, K, 1]
@@ -39,10 +58,12 @@ def verify_tensor(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tenso
     # Leviathan et al. (2023), Alg. 1: accept x iff u * q(x) < p(x) (strict, division-free).
     accept = uniforms[:, :k] * q_x < p_x
     steps = torch.arange(k, device=accept.device)
+    if draft_lengths is not None:
+        accept = accept & (steps[None, :] < draft_lengths[:, None])
     n = torch.where(accept, k, steps[None, :]).amin(dim=1)  # the first rejection, or K
     rows = torch.arange(batch, device=n.device)
     p_n = target_probs[rows, n]  # [B, V]
-    rejected = (n < k)[:, None]
+    rejected = (n < (k if draft_lengths is None else draft_lengths))[:, None]
     q_n = torch.where(rejected, draft_probs[rows, n.clamp(max=k - 1)].to(p_n.dtype), 0.0)
     residual = (p_n - q_n).clamp(min=0.0)  # max(0, p_n - q_n); q_K := 0 gives the bonus
     has_mass = residual.sum(dim=-1, keepdim=True) > 0

@@ -15,22 +15,24 @@ _CAP = 256
 
 
 def knobs(params: SamplingParams, vocab: int, *, dtype: torch.dtype,
-          device: torch.device | str = "cpu") -> Tensor:
-    """The four parameters as one tensor [4], 'off' written as a sentinel.
+          device: torch.device | str = "cpu", threshold: float | None = None) -> Tensor:
+    """The four sampling parameters and the draft's confidence threshold as one tensor [5],
+    'off' written as a sentinel.
 
     Args:
         params: the sampling parameters.
         vocab: V (the top-k sentinel).
         dtype: the logits' dtype, so every comparison rounds as `warp`'s Python floats do.
+        threshold: the drafter's confidence threshold in (0, 1), or None.
 
     Returns:
-        [4] = (temperature, top_k or V, top_p or 1, min_p or 0).
+        [5] = (temperature, top_k or V, top_p or 1, min_p or 0, threshold or 0).
     """
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params: expected SamplingParams, got {type(params).__name__}")
     top_k = vocab if params.top_k is None else min(params.top_k, vocab)
     values = (params.temperature, top_k, 1.0 if params.top_p is None else params.top_p,
-              0.0 if params.min_p is None else params.min_p)
+              0.0 if params.min_p is None else params.min_p, threshold or 0.0)
     return torch.tensor(values, dtype=dtype, device=device)
 
 
