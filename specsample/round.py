@@ -128,38 +128,10 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
     check_int("k", k, 0)
     check_live(state.target_cache, "state.target_cache")
     xp = namespace(state.tokens)
-    last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
-    if k == 0:
-        skips = isinstance(drafter, SkippingDrafter)
-        if state.draft_state is not None and not skips:
-            raise ValueError(f"k: 0 (a plain step) needs a stateless drafter (state None) or a "
-                             f"SkippingDrafter, got a {type(state.draft_state).__name__} state; "
-                             f"use k >= 1")
-        check_shape("uniforms", uniforms, (int(state.tokens.shape[0]), 1))
-        logits, cache = target.forward(last, state.target_cache)
-        final = sample(warp(logits[:, 0, :], params, check=check), uniforms[:, 0], check=check)
-        verdict = Verdict(tokens=final[:, None], num_accepted=xp.zeros_like(state.lengths))
-        draft_state = drafter.skip(state.draft_state) if skips else None  # type: ignore[attr-defined]
-        drafted = xp.zeros_like(state.lengths)
-    else:
-        proposal = drafter.propose(state.draft_state, state.tokens, state.lengths, k, params,
-                                   uniforms[:, :k])
-        made = _drafts_made(proposal, k)
-        if proposal.lengths is not None:
-            draft_lengths = proposal.lengths if draft_lengths is None else xp.minimum(
-                draft_lengths, proposal.lengths)
-        logits, cache = target.forward(xp.concat([last, proposal.tokens], axis=1),
-                                       state.target_cache)
-        target_probs = warp(logits, params, check=check)  # [B, K+1, V]
-        extra = {} if draft_lengths is None else {"draft_lengths": draft_lengths}
-        # Acceptance slot i reads column k + i and the final token column 2k whatever k' is:
-        # a row's draws never depend on how long its neighbours drafted.
-        verdict = verifier(proposal.tokens, proposal.probs, target_probs,
-                           xp.concat([uniforms[:, k:k + made], uniforms[:, 2 * k:]], axis=1),
-                           check=check, **extra)
-        draft_state = proposal.state
-        drafted = xp.full_like(state.lengths, made) if draft_lengths is None else \
-            xp.astype(draft_lengths, xp.int64)
+    step = _plain_step if k == 0 else _speculative_step
+    verdict, cache, draft_state, drafted = step(state, target, drafter, k=k, params=params,
+                                                uniforms=uniforms, check=check, verifier=verifier,
+                                                draft_lengths=draft_lengths)
     emitted = _emitted(xp, verdict, state, eos)
     tokens = _write(xp, state.tokens, state.lengths, verdict.tokens, emitted)
     lengths = state.lengths + emitted
@@ -170,6 +142,53 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
                 target_cache=rollback(cache, lengths - 1),
                 draft_state=drafter.advance(draft_state, lengths), done=done)
     return new, RoundResult(verdict=verdict, emitted=emitted, active=~state.done, drafted=drafted)
+
+
+Stepped = tuple[Verdict, Cache, Any, Array]  # verdict, target cache, draft state, drafts per row
+
+
+def _plain_step(state: State, target: Model, drafter: Drafter, *, k: int, params: SamplingParams,
+                uniforms: Array, check: bool, verifier: Callable[..., Verdict],
+                draft_lengths: Array | None) -> Stepped:
+    """k = 0: one token per row from p, no draft (the drafter, if it has state, sits out)."""
+    xp = namespace(state.tokens)
+    skips = isinstance(drafter, SkippingDrafter)
+    if state.draft_state is not None and not skips:
+        raise ValueError(f"k: 0 (a plain step) needs a stateless drafter (state None) or a "
+                         f"SkippingDrafter, got a {type(state.draft_state).__name__} state; "
+                         f"use k >= 1")
+    check_shape("uniforms", uniforms, (int(state.tokens.shape[0]), 1))
+    last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
+    logits, cache = target.forward(last, state.target_cache)
+    final = sample(warp(logits[:, 0, :], params, check=check), uniforms[:, 0], check=check)
+    verdict = Verdict(tokens=final[:, None], num_accepted=xp.zeros_like(state.lengths))
+    draft_state = drafter.skip(state.draft_state) if skips else None  # type: ignore[attr-defined]
+    return verdict, cache, draft_state, xp.zeros_like(state.lengths)
+
+
+def _speculative_step(state: State, target: Model, drafter: Drafter, *, k: int,
+                      params: SamplingParams, uniforms: Array, check: bool,
+                      verifier: Callable[..., Verdict], draft_lengths: Array | None) -> Stepped:
+    """k >= 1: draft, one target forward over the last token and the drafts, verify."""
+    xp = namespace(state.tokens)
+    proposal = drafter.propose(state.draft_state, state.tokens, state.lengths, k, params,
+                               uniforms[:, :k])
+    made = _drafts_made(proposal, k)
+    if proposal.lengths is not None:
+        draft_lengths = proposal.lengths if draft_lengths is None else xp.minimum(
+            draft_lengths, proposal.lengths)
+    last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
+    logits, cache = target.forward(xp.concat([last, proposal.tokens], axis=1), state.target_cache)
+    target_probs = warp(logits, params, check=check)  # [B, K+1, V]
+    extra = {} if draft_lengths is None else {"draft_lengths": draft_lengths}
+    # Acceptance slot i reads column k + i and the final token column 2k whatever k' is:
+    # a row's draws never depend on how long its neighbours drafted.
+    verdict = verifier(proposal.tokens, proposal.probs, target_probs,
+                       xp.concat([uniforms[:, k:k + made], uniforms[:, 2 * k:]], axis=1),
+                       check=check, **extra)
+    drafted = xp.full_like(state.lengths, made) if draft_lengths is None else \
+        xp.astype(draft_lengths, xp.int64)
+    return verdict, cache, proposal.state, drafted
 
 
 def _drafts_made(proposal: Proposal, k: int) -> int:
