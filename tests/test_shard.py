@@ -82,3 +82,30 @@ def test_bad_shards_and_launches_are_clear_errors() -> None:
         join(environ={})
     with pytest.raises(ValueError, match="timeout_s: expected a number of seconds > 0, got 0"):
         join(0, environ={})
+
+
+def test_killing_a_rank_mid_run_ends_the_other_with_a_clear_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two ranks join; once rank 0 has started sampling, rank 1 is killed: rank 0 fails at the
+    gather with an error naming the cause, within the timeout, instead of waiting forever."""
+    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+           "OMP_NUM_THREADS": "1"}
+    slow = [a if a != "600" else "400000" for a in CHECK]  # long enough to be killed mid-run
+    command = [sys.executable, *slow, "--distributed", "--timeout", "10", "--plot", str(tmp_path / "c.png")]
+    ranks = [subprocess.Popen(command, env={**env, "RANK": str(r)}, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for r in (0, 1)]
+    try:
+        assert ranks[0].stdout is not None
+        header = ranks[0].stdout.readline()  # printed once the group has formed, before sampling
+        assert header.startswith("check: "), header
+        time.sleep(1.0)
+        ranks[1].kill()
+        began = time.monotonic()
+        _, err = ranks[0].communicate(timeout=120)
+        assert ranks[0].returncode != 0
+        assert "rank 0 of 2: gathering the results did not complete within 10 s (a rank died or hangs)" \
+            in err, err[-2000:]
+        assert time.monotonic() - began < 60
+    finally:
+        for process in ranks:
+            process.kill()
+            process.wait()
