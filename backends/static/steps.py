@@ -18,9 +18,7 @@ from torch import Tensor, nn
 
 from specsample.cache import Lineage
 
-from .pieces import RULES, layer_weights
-from .verify import commit, confidence_tensor, kept_tensor, sample_tensor
-from .warp import warp_tensor
+from .pieces import DraftSampleStep, VerifyStep, layer_weights
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -99,6 +97,8 @@ class RoundStep(nn.Module):
     def __init__(self, engine: Engine, slot: Slot, k: int, rule: str = "token") -> None:
         super().__init__()
         self.engine, self.slot, self.k, self.rule = engine, slot, k, rule
+        # The same draft-sampling and verify-and-commit code the piecewise round captures.
+        self.sample, self.verify = DraftSampleStep(), VerifyStep(rule)
 
     def mutable(self) -> tuple[Tensor, ...]:
         """State tensors a call changes besides K/V beyond the valid lengths (a capture that
@@ -119,11 +119,10 @@ class RoundStep(nn.Module):
         drafted, laws, sure = [], [], []
         for i in range(self.k):
             logits = _forward(self.engine.draft, feed, pos, s.draft_kv)[:, -1]  # [B, V]
-            q = warp_tensor(logits, knob)
-            x = sample_tensor(q, u[:, i])  # [B]
+            x, q, confidence = self.sample(logits, knob, u[:, i])
             drafted.append(x)
             laws.append(q)
-            sure.append(confidence_tensor(logits, x))
+            sure.append(confidence)
             feed, pos = x[:, None], (lengths + i)[:, None]
         return torch.stack(drafted, dim=1), torch.stack(laws, dim=1), torch.stack(sure, dim=1)
 
@@ -135,14 +134,9 @@ class RoundStep(nn.Module):
         last = s.tokens.gather(1, (s.lengths - 1)[:, None])  # [B, 1]
         pos = s.lengths[:, None] - 1 + torch.arange(k + 1, device=last.device)  # [B, K+1]
         logits = _forward(self.engine.target, torch.cat([last, drafted], dim=1), pos, s.target_kv)
-        kept = kept_tensor(sure, knob[4])
-        verdict, n = RULES[self.rule](drafted, q, warp_tensor(logits, knob), u[:, k:], kept)
-        active = ~s.done
-        emitted, tokens, lengths, done = commit(verdict, n, s.tokens, s.lengths, s.stop, s.done, eos)
-        s.tokens.copy_(tokens)
-        s.lengths.copy_(lengths)
-        s.done.copy_(done)
-        return verdict, n, emitted, active, kept
+        out: tuple[Tensor, ...] = self.verify(logits, drafted, q, sure, u[:, k:], knob, eos, s.tokens,
+                                              s.lengths, s.stop, s.done)
+        return out
 
 
 class Model:
