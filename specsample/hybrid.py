@@ -139,10 +139,9 @@ class HybridDrafter:
         model; the others take prompt lookup's own length (one draft after a short match,
         none without a match)."""
         xp = namespace(tokens)
-        matched = self.lookup.draft_lengths(tokens, lengths, k)  # [B]: k, 1 or 0
+        matched, copied = self.lookup.lengths_and_copies(tokens, lengths, k)  # matched: k, 1 or 0
         copy = matched == k
         use = ~copy & self._worth(xp, state, k)
-        copied = self.lookup.propose(None, tokens, lengths, k, params, uniforms)
         flags = host_ints(xp.concat([xp.astype(xp.stack([xp.all(copy), xp.any(use)]), xp.int64),
                                      xp.max(lengths - state.seen)[None]]))
         idle = self.skip(state)

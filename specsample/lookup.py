@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, Literal
 
 from specsample._array import Array, check_int, check_shape, device, namespace
@@ -69,6 +71,36 @@ class PromptLookupDrafter:
             match = match & (earlier == last)
         return xp.max(xp.where(match, pos, -1), axis=1)
 
+    def _inputs(self, tokens: Array, lengths: Array) -> tuple[Any, Array, Array, Callable[[int], Array]]:
+        """Checked int64 inputs and the row-wise latest match end for each suffix length n,
+        each scanned at most once however many callers ask."""
+        xp = namespace(tokens, lengths)
+        check_shape("tokens", tokens, (None, None))
+        check_shape("lengths", lengths, (int(tokens.shape[0]),))
+        tokens, lengths = xp.astype(tokens, xp.int64), xp.astype(lengths, xp.int64)
+        return xp, tokens, lengths, functools.cache(lambda n: self._last_match(xp, tokens, lengths, n))
+
+    def _lengths(self, xp: Any, lengths: Array, k: int, ends: Callable[[int], Array]) -> Array:
+        if self.confident is None or k == 0:
+            return xp.full_like(lengths, k)
+        full = ends(self.confident) >= 0  # [B]
+        short = ends(self.ngram_min) >= 0 if self.confident > self.ngram_min else xp.zeros_like(full)
+        return xp.where(full, k, xp.where(short, min(k, 1), 0))
+
+    def _copies(self, xp: Any, tokens: Array, lengths: Array, k: int,
+                ends: Callable[[int], Array]) -> Proposal:
+        # No match: pretend one ended at L-2, so the last token repeats.
+        end = lengths - 2
+        for n in range(self.ngram_min, self.ngram_max + 1):  # longer matches win
+            found = ends(n)
+            end = xp.where(found >= 0, found, end)
+        # What follows the match is known up to L-1; beyond, the suffix is
+        # assumed to repeat with period L-1-end (the distance to the match).
+        period = lengths - 1 - end  # [B], >= 1
+        steps = xp.arange(k, dtype=xp.int64, device=device(tokens))[None, :]  # [1, k]
+        index = (end + 1)[:, None] + steps % period[:, None]  # [B, k], all <= L-1
+        return Proposal(tokens=xp.take_along_axis(tokens, index, axis=1), probs=None, state=None)
+
     def draft_lengths(self, tokens: Array, lengths: Array, k: int) -> Array:
         """The drafts worth verifying this round, per row: int64 [B] in [0, k].
 
@@ -83,17 +115,8 @@ class PromptLookupDrafter:
             k: the K the policy chose, >= 0.
         """
         check_int("k", k, 0)
-        xp = namespace(tokens, lengths)
-        check_shape("tokens", tokens, (None, None))
-        check_shape("lengths", lengths, (int(tokens.shape[0]),))
-        tokens, lengths = xp.astype(tokens, xp.int64), xp.astype(lengths, xp.int64)
-        if self.confident is None or k == 0:
-            return xp.full_like(lengths, k)
-        full = self._last_match(xp, tokens, lengths, self.confident) >= 0  # [B]
-        short = xp.zeros_like(full)
-        if self.confident > self.ngram_min:
-            short = self._last_match(xp, tokens, lengths, self.ngram_min) >= 0
-        return xp.where(full, k, xp.where(short, min(k, 1), 0))
+        xp, _, lengths, ends = self._inputs(tokens, lengths)
+        return self._lengths(xp, lengths, k, ends)
 
     def propose(self, state: Any, tokens: Array, lengths: Array, k: int,
                 params: SamplingParams, uniforms: Array) -> Proposal:
@@ -107,19 +130,19 @@ class PromptLookupDrafter:
         Returns:
             A Proposal with tokens int64 [B, k] and probs None.
         """
-        xp = namespace(tokens, lengths)
-        check_shape("tokens", tokens, (None, None))
-        check_shape("lengths", lengths, (int(tokens.shape[0]),))
         check_int("k", k, 1)
-        tokens, lengths = xp.astype(tokens, xp.int64), xp.astype(lengths, xp.int64)
-        # No match: pretend one ended at L-2, so the last token repeats.
-        end = lengths - 2
-        for n in range(self.ngram_min, self.ngram_max + 1):  # longer matches win
-            found = self._last_match(xp, tokens, lengths, n)
-            end = xp.where(found >= 0, found, end)
-        # What follows the match is known up to L-1; beyond, the suffix is
-        # assumed to repeat with period L-1-end (the distance to the match).
-        period = lengths - 1 - end  # [B], >= 1
-        steps = xp.arange(k, dtype=xp.int64, device=device(tokens))[None, :]  # [1, k]
-        index = (end + 1)[:, None] + steps % period[:, None]  # [B, k], all <= L-1
-        return Proposal(tokens=xp.take_along_axis(tokens, index, axis=1), probs=None, state=None)
+        xp, tokens, lengths, ends = self._inputs(tokens, lengths)
+        return self._copies(xp, tokens, lengths, k, ends)
+
+    def lengths_and_copies(self, tokens: Array, lengths: Array, k: int) -> tuple[Array, Proposal]:
+        """`draft_lengths` and `propose` together, from one scan per suffix length (for a
+        caller that needs both in one round, such as `HybridDrafter`).
+
+        Args:
+            tokens: int [B, C] committed ids, row b valid on [0, lengths[b]).
+            lengths: int [B], each >= 1.
+            k: the number of tokens to propose, >= 1.
+        """
+        check_int("k", k, 1)
+        xp, tokens, lengths, ends = self._inputs(tokens, lengths)
+        return self._lengths(xp, lengths, k, ends), self._copies(xp, tokens, lengths, k, ends)
