@@ -18,7 +18,7 @@ from specsample.metrics import predicted_speedup
 from specsample.params import SamplingParams
 from specsample.protocols import Drafter, Proposal
 
-__all__ = ["HybridDrafter", "HybridState", "compose_drafter"]
+__all__ = ["HybridDrafter", "HybridState", "compose_drafter", "split_name"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -197,6 +197,19 @@ def _threshold(name: str) -> tuple[str, float | None]:
     return base, value
 
 
+def split_name(name: str, *, default_model: str) -> tuple[str | None, str, float | None]:
+    """(kind, inner, threshold) of a drafter name in the shared syntax: kind is "hybrid",
+    "auto" or None; inner the backend's own name (`default_model` for a bare kind);
+    threshold the number after '@' or None. E.g. "hybrid:early-exit:10@0.4" gives
+    ("hybrid", "early-exit:10", 0.4)."""
+    if not isinstance(name, str):
+        raise TypeError(f"draft: expected a name (str), got {type(name).__name__}")
+    base, threshold = _threshold(name)
+    kind = next((k for k in ("hybrid", "auto") if base == k or base.startswith(f"{k}:")), None)
+    inner = default_model if base == kind else base.removeprefix(f"{kind}:") if kind else base
+    return kind, inner, threshold
+
+
 def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model: str,
                     cost: Callable[[ModelDrafter], float] | None = None) -> Drafter:
     """A backend's drafter by name, with the shared syntax on top of its own names.
@@ -208,11 +221,7 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
     than plain steps, with c measured by `cost` (see `HybridDrafter`). Other names go to
     `load` unchanged.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"draft: expected a name (str), got {type(name).__name__}")
-    base, threshold = _threshold(name)
-    kind = next((k for k in ("hybrid", "auto") if base == k or base.startswith(f"{k}:")), None)
-    inner = default_model if base == kind else base.removeprefix(f"{kind}:") if kind else base
+    kind, inner, threshold = split_name(name, default_model=default_model)
     drafter = load(inner)
     if threshold is None and kind is None:
         return drafter

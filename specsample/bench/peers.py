@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from specsample.hybrid import HybridDrafter
+from specsample.hybrid import HybridDrafter, split_name
 from specsample.params import SamplingParams
 from specsample.protocols import Drafter, Model
 
@@ -82,12 +82,11 @@ def hf_variants(draft: str, target: Model, drafter: Drafter, k: int | None) -> l
     module = hf_module(target)
     if module is None:
         return []
-    draft = draft.rpartition("@")[0] or draft  # a confidence threshold: transformers has its own
-    kind = next((k for k in ("hybrid", "auto") if draft == k or draft.startswith(f"{k}:")), None)
+    # A confidence threshold is dropped: transformers' assistant has its own.
+    kind, draft, _ = split_name(draft, default_model="int8")
     if kind is not None:  # no peer copies and drafts per row: its prompt lookup and its assistant
-        inner = "int8" if draft == kind else draft.removeprefix(f"{kind}:")
         model = drafter.model if isinstance(drafter, HybridDrafter) else drafter
-        return [*hf_variants("lookup", target, drafter, k), *hf_variants(inner, target, model, k)]
+        return [*hf_variants("lookup", target, drafter, k), *hf_variants(draft, target, model, k)]
     if draft == "lookup":
         return [HFVariant(name=f"hf_lookup{n}", k=n, kwargs={"prompt_lookup_num_tokens": n})
                 for n in dict.fromkeys([10] + ([k] if k is not None else []))]
