@@ -45,7 +45,8 @@ def confidence_lengths(confidence: Array, threshold: float) -> Array:
     """
     xp = namespace(confidence)
     check_shape("confidence", confidence, (None, None))
-    if _check_threshold(threshold, optional=False) is None or confidence.shape[1] < 1:
+    _check_threshold(threshold, optional=False)
+    if confidence.shape[1] < 1:
         raise ValueError(f"confidence: expected at least one draft per row, got shape "
                          f"{list(confidence.shape)}")
     k = int(confidence.shape[1])
