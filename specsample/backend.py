@@ -87,7 +87,7 @@ class CoreBackend:
         """Rounds to completion, keeping only the last state."""
         run = self._run(run)
         ids = self.asarray(input_ids)
-        return finish(run_rounds(target, drafter, ids, run), ids, run, target.vocab_size)
+        return finish(self.iterate(target, drafter, ids, run), ids, run, target.vocab_size)
 
     def generate_plain(self, target: Model, input_ids: Array, run: RunOptions) -> Generation:
         """`specsample.generate.run_plain` over this backend's arrays."""

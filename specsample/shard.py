@@ -13,12 +13,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from specsample._array import check_int
 
-__all__ = ["Shard", "join"]
+__all__ = ["Shard", "agree", "join"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -80,12 +80,27 @@ class Shard:
                 dist.destroy_process_group()
 
 
-def join(timeout_s: float = 600.0, *, environ: dict[str, str] | None = None) -> Shard:
-    """Join the gloo process group that `torchrun` describes (RANK, WORLD_SIZE, MASTER_ADDR,
+def agree(value: float) -> float:
+    """Rank 0's `value` on every rank of the default process group; `value` itself when no
+    group has formed (one process)."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")  # a group exists only if torch.distributed was imported
+    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        return float(value)
+    box = [float(value)]
+    dist.broadcast_object_list(box, src=0)
+    return float(box[0])
+
+
+def join(timeout_s: float = 600.0, *, environ: Mapping[str, str] | None = None,
+         backend: str = "gloo") -> Shard:
+    """Join the process group that `torchrun` describes (RANK, WORLD_SIZE, MASTER_ADDR,
     MASTER_PORT in the environment).
 
     Args:
         timeout_s: > 0; joining, and every later collective, fails after this long.
+        backend: the process group's backend: "gloo" (CPU), "nccl" (CUDA), "hccl" (Gaudi).
 
     Raises:
         ValueError: the environment does not describe a launch, or `timeout_s` is not > 0.
@@ -103,7 +118,7 @@ def join(timeout_s: float = 600.0, *, environ: dict[str, str] | None = None) -> 
     import torch.distributed as dist
 
     try:
-        dist.init_process_group("gloo", rank=shard.rank, world_size=shard.world,
+        dist.init_process_group(backend, rank=shard.rank, world_size=shard.world,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         dist.barrier()
     except (RuntimeError, ValueError) as error:  # DistStoreError is a RuntimeError

@@ -15,10 +15,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PretrainedConfig
 
+from .parallel import TensorParallel, local
+
 __all__ = ["ARCHITECTURES", "Architecture", "DenseLinear", "LlamaStack", "PreparedLinear", "architecture",
            "attention_mask", "hf_config", "is_supported", "llama_forward", "submodule"]
 
 Linear = Callable[[Tensor], Tensor]
+_ROW_PARALLEL = ("o", "down")  # the linears whose outputs a tensor-parallel stack sums
 
 
 @runtime_checkable
@@ -75,8 +78,9 @@ class DenseLinear:
     @classmethod
     def of(cls, module: nn.Linear, *, pack: bool = True, one_row: bool = False) -> DenseLinear:
         """Wrap an `nn.Linear` (weights shared, not copied)."""
-        return cls(module.weight.detach(), None if module.bias is None else module.bias.detach(),
-                   pack=pack, one_row=one_row)
+        weight, bias = module.weight.detach(), module.bias
+        return cls(local(weight), None if bias is None else local(bias.detach()), pack=pack,
+                   one_row=one_row)
 
     def __call__(self, x: Tensor) -> Tensor:
         """x [B, T, D] -> [B, T, N]."""
@@ -115,6 +119,9 @@ class LlamaStack:
         norm_offset: RMSNorm scales by (norm_offset + weight) in float32 (Gemma: 1), or,
             when 0, by weight in the input dtype (Llama).
         window: a query attends the last `window` positions only (Mistral), or all when None.
+        reduce: sums the row-parallel linears' (o, down) partial outputs over the ranks of a
+            tensor-parallel target (then `heads` and `kv_heads` count this rank's heads);
+            None on one device.
     """
 
     embed: Tensor
@@ -130,10 +137,15 @@ class LlamaStack:
     embed_scale: float = 1.0
     norm_offset: float = 0.0
     window: int | None = None
+    reduce: Callable[[Tensor], Tensor] | None = None
 
     @classmethod
-    def of(cls, model: nn.Module, *, pack: bool = True) -> LlamaStack:
+    def of(cls, model: nn.Module, *, pack: bool = True, parallel: TensorParallel | None = None
+           ) -> LlamaStack:
         """Read the weights of a model of a supported architecture (shared, not copied).
+
+        With `parallel`, the model's projections are DTensors sharded by `parallel.shard`
+        and the stack reads this rank's shards.
 
         Raises:
             ValueError: the architecture is not in `ARCHITECTURES` (the message lists them).
@@ -148,6 +160,10 @@ class LlamaStack:
             layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
             layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
             for layer in base_layers]
+        split = 1 if parallel is None else parallel.size
+        if split > 1 and parallel is not None and parallel.rank:
+            for row in dense:  # a row-parallel bias is added once, by rank 0, before the sum
+                row[3].bias = row[6].bias = None
         layers = tuple(
             LlamaLayer(input_norm=layer.input_layernorm.weight.detach(), q=q, k=k, v=v, o=o,
                        post_norm=layer.post_attention_layernorm.weight.detach(), gate=g, up=u,
@@ -160,11 +176,13 @@ class LlamaStack:
                    norm=_weight(submodule(base, "norm")),
                    head=DenseLinear.of(lm_head, pack=pack, one_row=True),
                    rotary=submodule(base, "rotary_emb"), eps=float(cfg.rms_norm_eps),
-                   heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
-                   head_dim=head_dim, act=base_layers[0].mlp.act_fn,
+                   heads=cfg.num_attention_heads // split,
+                   kv_heads=cfg.num_key_value_heads // split, head_dim=head_dim,
+                   act=base_layers[0].mlp.act_fn,
                    embed_scale=_embed_scale(embed_tokens, cfg.hidden_size) if arch.embed_scale
                    else 1.0, norm_offset=arch.norm_offset,
-                   window=int(cfg.sliding_window) if arch.windowed and cfg.sliding_window else None)
+                   window=int(cfg.sliding_window) if arch.windowed and cfg.sliding_window else None,
+                   reduce=None if parallel is None else parallel.reduce)
 
     def derive(self, *, num_layers: int | None = None,
                linear: Callable[[DenseLinear], Linear] | None = None) -> LlamaStack:
@@ -374,10 +392,13 @@ def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Te
                    ) -> Tensor:
             lin = getattr(layer, name)
             if not prepared:
-                return lin(h)  # type: ignore[no-any-return]
-            if last[0] is not h:
-                last[:] = [h, lin.prepare(h)]
-            return lin.apply(last[1])  # type: ignore[no-any-return]
+                out: Tensor = lin(h)
+            else:
+                if last[0] is not h:
+                    last[:] = [h, lin.prepare(h)]
+                out = lin.apply(last[1])
+            # A tensor-parallel stack's o and down give partial sums: one all-reduce each.
+            return stack.reduce(out) if stack.reduce is not None and name in _ROW_PARALLEL else out
 
         x = decoder_layer(x, cos, sin, group_mask, (layer.input_norm, layer.post_norm), linear,
                           write, heads=heads, kv_heads=kv_heads, hd=hd, eps=stack.eps,

@@ -24,6 +24,7 @@ from ._fast import hf_config
 from .compat import check_compatible
 from .early_exit import early_exit_draft
 from .model import HFModel
+from .parallel import TensorParallel, check_divides
 from .quantized import int8_draft
 
 __all__ = ["CACHE_ENV", "DRAFTERS", "cache_root", "converted", "default_model_path", "load_drafter",
@@ -123,8 +124,7 @@ def converted(folder: str, gguf: str) -> Path | None:
     return final
 
 
-@functools.cache
-def _module(folder: str, gguf: str | None, dtype: torch.dtype, device: str) -> nn.Module:
+def _load(folder: str, gguf: str | None, dtype: torch.dtype, device: str) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     local = converted(folder, gguf) if gguf is not None else None
@@ -133,6 +133,20 @@ def _module(folder: str, gguf: str | None, dtype: torch.dtype, device: str) -> n
     model = model.to(device).eval()
     _SOURCES[model] = (folder, gguf)
     return model
+
+
+# Loaded once per process: a target and the drafts that share its weights read one copy.
+_module = functools.cache(_load)
+
+
+def _config(folder: str, gguf: str | None) -> Any:
+    """The model's transformers config, without loading its weights."""
+    from transformers import AutoConfig
+
+    local = converted(folder, gguf) if gguf is not None and cache_root() is not None else None
+    if local is not None or gguf is None:
+        return AutoConfig.from_pretrained(local or folder)
+    return AutoConfig.from_pretrained(folder, gguf_file=gguf)
 
 
 @functools.cache
@@ -150,9 +164,18 @@ def load_tokenizer(spec: str) -> Any:
     return _tokenizer(*_resolve(spec))
 
 
-def load_target(spec: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu") -> HFModel:
-    """An HFModel for "smollm2", a model directory or a .gguf file (modules cached per process)."""
-    return HFModel(_module(*_resolve(spec), dtype, str(device)))
+def load_target(spec: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
+                parallel: TensorParallel | None = None) -> HFModel:
+    """An HFModel for "smollm2", a model directory or a .gguf file (modules cached per process).
+
+    With `parallel`, a fresh module sharded over its mesh; a size that does not divide
+    the model's head counts is a ValueError before the weights are loaded.
+    """
+    source = _resolve(spec)
+    if parallel is None:
+        return HFModel(_module(*source, dtype, str(device)))
+    check_divides(_config(*source), parallel.size)
+    return HFModel(_load(*source, dtype, str(device)), parallel=parallel)
 
 
 def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) -> Drafter:

@@ -21,6 +21,7 @@ from ._fast import (
     is_supported,
     llama_forward,
 )
+from .parallel import TensorParallel
 
 __all__ = ["HFModel"]
 
@@ -73,10 +74,14 @@ class HFModel:
         fast: use the fast path (default: when the architecture is in `_fast.ARCHITECTURES`).
         vocab_size: pad (with -inf) or truncate the logits to this V, for a draft
             model whose embedding rows are padded (see `compat.check_compatible`).
+        parallel: shard the model in place over this mesh (tensor parallelism; see
+            `parallel.TensorParallel`): each rank holds its heads' K/V, every rank gets
+            the full logits.
     """
 
     def __init__(self, model: nn.Module, *, dtype: torch.dtype | None = None,
-                 fast: bool | None = None, vocab_size: int | None = None) -> None:
+                 fast: bool | None = None, vocab_size: int | None = None,
+                 parallel: TensorParallel | None = None) -> None:
         if not isinstance(model, nn.Module) or not hasattr(model, "config"):
             raise TypeError(f"model: expected a transformers causal LM (nn.Module with a config), "
                             f"got {type(model).__name__}")
@@ -84,11 +89,16 @@ class HFModel:
             model.to(dtype=dtype)
         if fast:
             architecture(model)  # raises, naming the supported architectures
+        if parallel is not None:
+            parallel.shard(model)
+        self.parallel = parallel
         self.module = model.eval()
         first = next(model.parameters())
         self.dtype, self.device = first.dtype, first.device
         self.layers, self.kv_heads, self.head_dim = _kv_shape(model.config)
-        self.stack = LlamaStack.of(model) if (is_supported(model) if fast is None else fast) else None
+        self.kv_heads //= 1 if parallel is None else parallel.size  # this rank's K/V heads
+        self.stack = LlamaStack.of(model, parallel=parallel) \
+            if (is_supported(model) if fast is None else fast) else None
         self.own_vocab = int(hf_config(model).vocab_size)
         self.vocab = self.own_vocab if vocab_size is None else int(vocab_size)
         self._slots = torch.arange(1 << 16, device=self.device)  # key positions, sliced to C

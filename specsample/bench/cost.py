@@ -14,6 +14,7 @@ from specsample.params import SamplingParams
 from specsample.policy import KPolicy, k_policy
 from specsample.protocols import Drafter, Model
 from specsample.rng import uniforms
+from specsample.shard import agree
 
 __all__ = ["measure_cost_ratio", "next_logits", "policy_with_cost"]
 
@@ -47,7 +48,8 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
 
     A draft step is `drafter.propose` with K = 1 (a draft forward, warp and sample);
     the target step is a one-token forward after the prompt. Both write at the
-    same cache position each time (rollback is free), after one warm-up.
+    same cache position each time (rollback is free), after one warm-up. In a
+    distributed run, every rank returns rank 0's measurement.
 
     Args:
         prompt: int64 [1, T] ids, T >= 2, of the backend's array library.
@@ -78,4 +80,6 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
         _sync(proposal.tokens)
         state = drafter.advance(proposal.state, lengths)  # nothing committed: back to the prompt
 
-    return _timed(draft_step, repeats) / _timed(target_step, repeats)
+    # Ranks time differently; a value that steers the run (K, the auto drafter's choice)
+    # must be one value on every rank of a distributed run.
+    return agree(_timed(draft_step, repeats) / _timed(target_step, repeats))

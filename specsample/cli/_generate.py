@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -30,7 +33,11 @@ def run(args: argparse.Namespace) -> int:
     max_new = 128 if args.max_new_tokens is None else args.max_new_tokens
     if max_new < 1:
         raise ValueError(f"--max-new-tokens: expected >= 1, got {max_new}")
-    return generate_text(load(config_from_args(args)), args.prompt, max_new, stream=len(args.prompt) == 1)
+    runner = load(config_from_args(args))
+    if os.environ.get("RANK", "0") != "0":  # a torchrun launch: rank 0 prints, the others compute
+        with contextlib.redirect_stdout(io.StringIO()):
+            return generate_text(runner, args.prompt, max_new, stream=False)
+    return generate_text(runner, args.prompt, max_new, stream=len(args.prompt) == 1)
 
 
 def _stream(steps: Iterator[Step], tokenizer: Any, prompt_length: int) -> Step:

@@ -65,6 +65,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-new-tokens", type=int, default=None)
     group.add_argument("--device", default=None, help="backend option 'device' (e.g. cpu, cuda:0)")
     group.add_argument("--dtype", default=None, help="backend option 'dtype' (e.g. float32)")
+    group.add_argument("--tp", type=int, default=None,
+                       help="backend option 'tp' (torch): shard the target over this many ranks of "
+                            "a `torchrun --nproc_per_node TP -m specsample ...` launch")
+    group.add_argument("--check-replicas", action="store_true", default=None,
+                       help="backend option 'check_replicas' (torch, tp > 1): check after every "
+                            "round that all ranks committed the same tokens")
 
 
 def config_from_args(args: argparse.Namespace, *, environ: Mapping[str, str] | None = None) -> Config:
@@ -77,7 +83,7 @@ def config_from_args(args: argparse.Namespace, *, environ: Mapping[str, str] | N
     for name in ("backend", "target", "draft", "k", *SAMPLING, "seed"):
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
-    options = {name: getattr(args, name) for name in ("device", "dtype")
+    options = {name: getattr(args, name) for name in ("device", "dtype", "tp", "check_replicas")
                if getattr(args, name, None) is not None}
     if options:
         values["options"] = options
