@@ -65,7 +65,7 @@ def row_seeds(seed: Seed, rows: int) -> NDArray[np.uint64] | None:
 
 
 def uniforms(seed: Seed, step: int, rows: int, width: int, *, stream: int = Stream.SPECULATIVE,
-             like: Array | None = None) -> Array:
+             like: Array | None = None, row_ids: NDArray[np.integer] | None = None) -> Array:
     """Uniforms [rows, width] in [0, 1) for one step, reproducible from the seed.
 
     With one int seed, row b's draws depend only on (seed, stream, step, b): the
@@ -83,6 +83,9 @@ def uniforms(seed: Seed, step: int, rows: int, width: int, *, stream: int = Stre
         width: the number of draws per row.
         stream: which independent stream (see `Stream`).
         like: an array whose library and device the result takes (NumPy if None).
+        row_ids: with one int seed, the row indices b of the `rows` rows (default
+            0..rows-1), so that a subset of a larger batch, or a shard of it, draws
+            exactly the numbers those rows draw in the whole batch.
 
     Returns:
         float64 [rows, width] (on `like`'s library and device).
@@ -92,12 +95,13 @@ def uniforms(seed: Seed, step: int, rows: int, width: int, *, stream: int = Stre
     width = check_int("width", width, 0, 2**31)
     stream = check_int("stream", stream, 0, 2**32)
     per_row = row_seeds(seed, rows)
+    ids = _row_ids(row_ids, rows, per_row is None)
     pairs = (width + 1) // 2
     counter = np.zeros((rows, pairs, 4), dtype=np.uint32)
     counter[..., 0] = np.arange(pairs, dtype=np.uint32)[None, :]
     counter[..., 1] = step
     if per_row is None:
-        counter[..., 2] = np.arange(rows, dtype=np.uint32)[:, None]
+        counter[..., 2] = ids[:, None]
         key: tuple[int | NDArray[np.uint64], int | NDArray[np.uint64]] = (
             int(seed) & 0xFFFFFFFF, int(seed) >> 32)  # type: ignore[arg-type]
     else:
@@ -113,7 +117,23 @@ def uniforms(seed: Seed, step: int, rows: int, width: int, *, stream: int = Stre
     return xp.asarray(out, device=device(like))
 
 
-def round_uniforms(seed: Seed, step: int, rows: int, k: int, *, like: Array | None = None) -> Array:
+def _row_ids(row_ids: NDArray[np.integer] | None, rows: int, one_seed: bool) -> NDArray[np.uint32]:
+    """The row words of the counters: `row_ids` checked, or 0..rows-1."""
+    if row_ids is None:
+        return np.arange(rows, dtype=np.uint32)
+    if not one_seed:
+        raise ValueError("row_ids: expected None with one seed per row (each row's key is its own "
+                         "seed), got row indices")
+    ids = np.asarray(row_ids)
+    if ids.shape != (rows,) or not np.issubdtype(ids.dtype, np.integer) or \
+            (rows and (int(ids.min()) < 0 or int(ids.max()) >= 2**32)):
+        raise ValueError(f"row_ids: expected {rows} integers in [0, 2^32), got an array of shape "
+                         f"{list(ids.shape)} and dtype {ids.dtype}")
+    return ids.astype(np.uint32)
+
+
+def round_uniforms(seed: Seed, step: int, rows: int, k: int, *, like: Array | None = None,
+                   row_ids: NDArray[np.integer] | None = None) -> Array:
     """The uniforms of one speculative round: [rows, 2k+1], laid out as `round_step` reads them.
 
     Columns 0..k-1 draw the drafts, k..2k-1 decide acceptance, 2k draws the final token.
@@ -123,8 +143,8 @@ def round_uniforms(seed: Seed, step: int, rows: int, k: int, *, like: Array | No
     see alone. A round with k = 0 (a plain step) is the final draw alone.
     """
     check = check_int("k", k, 0, 2**30)
-    paired = uniforms(seed, step, rows, 2 * check, like=None)  # [B, 2k]
-    final = uniforms(seed, step, rows, 1, stream=Stream.FINAL, like=None)  # [B, 1]
+    paired = uniforms(seed, step, rows, 2 * check, like=None, row_ids=row_ids)  # [B, 2k]
+    final = uniforms(seed, step, rows, 1, stream=Stream.FINAL, like=None, row_ids=row_ids)  # [B, 1]
     out = np.concatenate([paired[:, 0::2], paired[:, 1::2], final], axis=1)
     if like is None:
         return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specsample.rng import Stream, philox4x32, uniforms
+from specsample.rng import Stream, philox4x32, round_uniforms, uniforms
 
 
 def test_shape_dtype_and_range() -> None:
@@ -125,3 +125,17 @@ def test_uniforms_are_53_bit_doubles_from_philox_words() -> None:
     words = [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
     expected = [((words[i] >> 5) * 2**26 + (words[i + 1] >> 6)) / 2**53 for i in (0, 2)]
     assert uniforms(0, 0, 1, 2)[0].tolist() == expected
+
+
+def test_row_ids_draw_those_rows_of_the_whole_batch() -> None:
+    whole = uniforms(3, 7, 10, 5)
+    ids = np.array([9, 2, 4])
+    assert np.array_equal(uniforms(3, 7, 3, 5, row_ids=ids), whole[ids])
+    assert np.array_equal(round_uniforms(3, 7, 3, 2, row_ids=ids), round_uniforms(3, 7, 10, 2)[ids])
+    with pytest.raises(ValueError, match="row_ids: expected None with one seed per row"):
+        uniforms([1, 2], 0, 2, 1, row_ids=np.array([0, 1]))
+    with pytest.raises(ValueError, match=r"row_ids: expected 3 integers in \[0, 2\^32\), got an array "
+                                         r"of shape \[2\]"):
+        uniforms(3, 0, 3, 1, row_ids=np.array([0, 1]))
+    with pytest.raises(ValueError, match="row_ids: expected 2 integers"):
+        uniforms(3, 0, 2, 1, row_ids=np.array([-1, 1]))

@@ -1,7 +1,8 @@
 """Sharded checks: calls split by index across torchrun ranks give one process's samples.
 
 `specsample check --distributed` runs under `torchrun` with 2 gloo processes on the reference
-backend (the engine sampler, rows in calls of 100); its samples' digest and every test line
+backend (the engine sampler, rows in calls of 100, and the tree sampler, rows split in two
+halves); its samples' digest and every test line
 must equal a single process's at the same seed and n. A rank that never joins makes the
 others fail within the stated timeout.
 """
@@ -43,11 +44,16 @@ def _run(args: list[str], tmp_path, **env: str) -> subprocess.CompletedProcess[s
                           capture_output=True, timeout=600, env={**os.environ, **env}, check=False)
 
 
-def test_two_ranks_give_one_process_samples_bit_for_bit(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    alone = _run(CHECK, tmp_path)
+@pytest.mark.parametrize("sampler", ["engine", "tree"])
+def test_two_ranks_give_one_process_samples_bit_for_bit(tmp_path, sampler: str) -> None:  # type: ignore[no-untyped-def]
+    check = [*CHECK[:CHECK.index("--sampler") + 1], sampler, *CHECK[CHECK.index("--sampler") + 2:]]
+    if sampler == "tree":  # it has no calls of rows: it splits the rows themselves
+        at = check.index("--rows")
+        del check[at:at + 2]
+    alone = _run(check, tmp_path)
     assert alone.returncode == 0, alone.stderr
     torchrun = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                str(_free_port()), *CHECK, "--distributed", "--timeout", "120"]
+                str(_free_port()), *check, "--distributed", "--timeout", "120"]
     ranks = _run(torchrun, tmp_path, OMP_NUM_THREADS="1")
     assert ranks.returncode == 0, ranks.stderr[-3000:]
     mine, theirs = _lines(alone.stdout), _lines(ranks.stdout)

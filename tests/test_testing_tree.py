@@ -68,6 +68,21 @@ def test_seeds_reproduce_and_differ() -> None:
     assert not np.array_equal(run[0][0], run[0][1])  # the two methods use their own uniforms
 
 
+def test_rows_split_into_calls_give_the_whole_sample() -> None:
+    # Each row's uniforms are keyed by its global index, so shards (`check --distributed`)
+    # reproduce one call bit for bit; a shard that restarted the counters would not.
+    target, drafter = _drafter()
+    kwargs = {"k": 2, "params": SamplingParams(temperature=0.7), "seed": 5}
+    whole = tree_samples(target, drafter, np.array([PROMPT]), n=500, **kwargs)  # type: ignore[arg-type]
+    parts = [tree_samples(target, drafter, np.array([PROMPT]), n=n, first_row=first,
+                          **kwargs)  # type: ignore[arg-type]
+             for first, n in ((0, 180), (180, 320))]
+    for method in range(2):
+        assert np.array_equal(np.concatenate([p[method] for p in parts]), whole[method])
+    restarted = tree_samples(target, drafter, np.array([PROMPT]), n=320, **kwargs)  # type: ignore[arg-type]
+    assert not np.array_equal(restarted[0], whole[0][180:])  # negative control
+
+
 class _Counting:
     """A Model that counts the tokens it is fed."""
 

@@ -66,9 +66,9 @@ def add_parser(sub: Any) -> None:
                         help="swap the acceptance rule for a known-wrong one (a negative control)")
     parser.add_argument("--plot", type=Path, default=Path("results/check.png"))
     parser.add_argument("--distributed", action="store_true",
-                        help="split the engine sampler's calls over the ranks of a torchrun launch "
-                             "(gloo); rank 0 gathers them in order and tests: the same samples as "
-                             "one process")
+                        help="split the rows over the ranks of a torchrun launch (gloo): the engine "
+                             "sampler's calls, or the tree sampler's rows; rank 0 gathers them in "
+                             "order and tests: the same samples as one process")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds a rank waits for the others before failing (--distributed)")
     parser.set_defaults(run=run)
@@ -145,15 +145,25 @@ def _engine(runner: Runner, args: argparse.Namespace, prompt: Any, params: Sampl
 
 
 def _tree(runner: Runner, args: argparse.Namespace, prompt: Any, params: SamplingParams,
-          verifier: Any, bar: tqdm, shard: Shard = SINGLE) -> tuple[np.ndarray, np.ndarray]:
-    """[n, 3] first tokens of speculative and plain sampling, each distinct prefix once."""
-    spec, plain, counts = tree_samples(runner.target, runner.drafter, prompt, n=args.n,
-                                       k=int(runner.config.k), params=params,
-                                       seed=runner.config.seed, verifier=verifier,
-                                       lookahead=broken.LOOKAHEAD.get(args.broken or "", 0),
-                                       progress=bar.update)
-    bar.set_postfix(laws=counts["laws"], forwarded=counts["forwarded"])
-    return spec, plain
+          verifier: Any, bar: tqdm, shard: Shard = SINGLE) -> tuple[np.ndarray, np.ndarray] | None:
+    """[n, 3] first tokens of speculative and plain sampling, each distinct prefix once (None
+    on ranks other than 0). Rank r of W samples rows [r n / W, (r + 1) n / W): each row's
+    uniforms are keyed by its global index, so the split changes no sample."""
+
+    def part(r: int) -> tuple[np.ndarray, np.ndarray]:
+        first, stop = r * args.n // shard.world, (r + 1) * args.n // shard.world
+        spec, plain, counts = tree_samples(runner.target, runner.drafter, prompt, n=stop - first,
+                                           first_row=first, k=int(runner.config.k), params=params,
+                                           seed=runner.config.seed, verifier=verifier,
+                                           lookahead=broken.LOOKAHEAD.get(args.broken or "", 0),
+                                           progress=bar.update)
+        bar.set_postfix(laws=counts["laws"], forwarded=counts["forwarded"])
+        return spec, plain
+
+    parts = shard.run(shard.world, part)
+    if parts is None:
+        return None
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 def _constant_k(k: int | str) -> None:
@@ -241,16 +251,14 @@ def run(args: argparse.Namespace) -> int:
                          f"{args.tv} and --alpha {args.alpha})")
     if not args.distributed:
         return _report(runner, args, prompt, chosen, verifier, rule, mode, SINGLE)
-    if args.sampler != "engine":
-        raise ValueError(f"--distributed: only the engine sampler shards its calls (each keyed by "
-                         f"its index), got --sampler {args.sampler} (add --sampler engine)")
     shard = join(args.timeout)
     try:
         if shard.rank == 0:
             return _report(runner, args, prompt, chosen, verifier, rule, f"{mode}, {shard.world} ranks",
                            shard)
+        draw = _tree if args.sampler == "tree" else _engine
         for params in chosen.values():  # the other ranks sample their share and send it to rank 0
-            _engine(runner, args, prompt, params, verifier, tqdm(disable=True), shard)
+            draw(runner, args, prompt, params, verifier, tqdm(disable=True), shard)
         return 0
     finally:
         shard.close()

@@ -30,6 +30,7 @@ from specsample._array import Array, check_int, device, namespace
 from specsample.cache import Cache
 from specsample.params import SamplingParams
 from specsample.protocols import Model
+from specsample.rng import Stream, round_uniforms, uniforms
 from specsample.sample import sample
 from specsample.verify import Verdict, verify
 from specsample.warp import warp
@@ -144,23 +145,27 @@ def _keys(out: NDArray[np.int64], rows: NDArray[np.intp], depth: NDArray[np.int6
     return keys
 
 
-def _uniforms(rng: np.random.Generator, shape: tuple[int, ...], like: Array) -> Array:
-    """float64 uniforms in [0, 1), as `specsample.rng.uniforms` gives the generate loop."""
+def _on(u: NDArray[np.float64], like: Array) -> Array:
+    """Host uniforms on `like`'s library and device."""
     xp = namespace(like)
-    return xp.asarray(rng.random(shape), dtype=xp.float64, device=device(like))
+    return xp.asarray(u, dtype=xp.float64, device=device(like))
 
 
 def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], *, k: int,
-                 length: int, cut: int, rng: np.random.Generator,
+                 length: int, cut: int, seed: int, row_ids: NDArray[np.int64],
                  verifier: Callable[..., Verdict], batch: int) -> None:
     """Fill `out` [R, length] with rounds of drafting k tokens and verifying them.
 
     The laws every active row needs at a step are filled in first, in large batches; rows
     then draw and verify in small batches (V-wide work per row stays in cache-sized blocks).
+    Round t of row b (global index `row_ids[b]`) reads `round_uniforms(seed, t)` of that
+    row, as the generate loop lays them out: drafts, acceptance, final token.
     """
     depth = np.zeros(out.shape[0], dtype=np.int64)
     xp = target.xp
+    step = 0
     while (active := np.flatnonzero(depth < length)).size:
+        u = round_uniforms(seed, step, active.size, k, row_ids=row_ids[active])  # [A, 2k + 1]
         drafted = np.zeros((active.size, k), dtype=np.int64)
         draft_keys = []
         for i in range(k):
@@ -169,8 +174,7 @@ def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], 
             draft_keys.append(keys)
             for s in range(0, active.size, batch):
                 law, _ = draft.rows(keys[s:s + batch])
-                drafted[s:s + batch, i] = _numpy(sample(law, _uniforms(rng, (law.shape[0],), law),
-                                                        check=False))
+                drafted[s:s + batch, i] = _numpy(sample(law, _on(u[s:s + batch, i], law), check=False))
         target_keys = [_keys(out, active, depth, drafted[:, :j], cut) for j in range(k + 1)]
         target.fill(key for keys in target_keys for key in keys)
         for s in range(0, active.size, batch):
@@ -178,29 +182,32 @@ def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], 
             q = xp.stack([draft.rows(keys[s:s + batch])[1] for keys in draft_keys], axis=1)
             p = xp.stack([target.rows(keys[s:s + batch])[0] for keys in target_keys], axis=1)
             tokens = xp.asarray(drafted[s:s + batch], dtype=xp.int64, device=device(p))
-            verdict = verifier(tokens, q, p, _uniforms(rng, (rows.size, k + 1), p), check=False)
+            verdict = verifier(tokens, q, p, _on(u[s:s + batch, k:], p), check=False)
             got, count = _numpy(verdict.tokens), _numpy(verdict.num_accepted) + 1
             for i, r in enumerate(rows):
                 take = min(int(count[i]), length - int(depth[r]))
                 out[r, depth[r]: depth[r] + take] = got[i, :take]
                 depth[r] += take
+        step += 1
 
 
-def _plain(target: PrefixLaws, out: NDArray[np.int64], *, length: int, rng: np.random.Generator,
-           batch: int) -> None:
-    """Fill `out` [R, length] token by token from p."""
+def _plain(target: PrefixLaws, out: NDArray[np.int64], *, length: int, seed: int,
+           row_ids: NDArray[np.int64], batch: int) -> None:
+    """Fill `out` [R, length] token by token from p; token d of row b reads the plain stream's
+    step d of that row (global index `row_ids[b]`)."""
     every = np.arange(out.shape[0])
     for d in range(length):
         keys = _keys(out, every, np.full(out.shape[0], d, dtype=np.int64), None, d)
         target.fill(keys)
+        u = uniforms(seed, d, every.size, 1, stream=Stream.PLAIN, row_ids=row_ids)[:, 0]
         for start in range(0, every.size, batch):
             law, _ = target.rows(keys[start:start + batch])
-            out[start:start + batch, d] = _numpy(sample(law, _uniforms(rng, (law.shape[0],), law),
+            out[start:start + batch, d] = _numpy(sample(law, _on(u[start:start + batch], law),
                                                         check=False))
 
 
 def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
-                 params: SamplingParams, seed: int, length: int = 3,
+                 params: SamplingParams, seed: int, length: int = 3, first_row: int = 0,
                  verifier: Callable[..., Verdict] = verify, lookahead: int = 0,
                  chunk: int = 65_536, batch: int = 64,
                  progress: Callable[[int], None] | None = None
@@ -215,8 +222,12 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         n: rows per method, >= 1.
         k: draft tokens per round, >= 1.
         params: the sampling parameters of both methods.
-        seed: the seed of every uniform (NumPy's Philox); the two methods use disjoint streams.
+        seed: the key of every uniform, drawn from `specsample.rng` per row: row b's draws
+            depend only on (seed, stream, step, b), and the two methods use disjoint
+            streams, so any split of the rows into calls gives the same samples.
         length: tokens per row, >= 1.
+        first_row: the global index of the first row (the rows are first_row ..
+            first_row + n - 1), for a call that computes one shard of a larger sample.
         verifier: the acceptance rule.
         lookahead: how many positions past its own the rule reads (0 for `verify`); laws
             after up to length - 1 + lookahead ids are then computed exactly.
@@ -238,7 +249,8 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
     n, k, length = check_int("n", n, 1), check_int("k", k, 1), check_int("length", length, 1)
     cut = length - 1 + check_int("lookahead", lookahead, 0)
     chunk, batch = check_int("chunk", chunk, 1), check_int("batch", batch, 1)
-    check_int("seed", seed, 0)
+    check_int("seed", seed, 0, 2**64)
+    first_row = check_int("first_row", first_row, 0, 2**32 - n + 1)
 
     def target_law(logits: Array) -> tuple[Array, Array]:
         p = warp(logits, params)
@@ -249,14 +261,14 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
 
     p = PrefixLaws(target, prompt, target_law, depth=cut)
     q = PrefixLaws(model, prompt, draft_law, depth=cut)
-    spec_rng, plain_rng = (np.random.Generator(np.random.Philox(key=[seed, s])) for s in (1, 2))
     spec = np.full((n, length), -1, dtype=np.int64)
     plain = np.full((n, length), -1, dtype=np.int64)
     for start in range(0, n, chunk):
         block = slice(start, min(n, start + chunk))
-        _speculative(p, q, spec[block], k=k, length=length, cut=cut, rng=spec_rng,
+        ids = np.arange(first_row + block.start, first_row + block.stop, dtype=np.int64)
+        _speculative(p, q, spec[block], k=k, length=length, cut=cut, seed=seed, row_ids=ids,
                      verifier=verifier, batch=batch)
-        _plain(p, plain[block], length=length, rng=plain_rng, batch=batch)
+        _plain(p, plain[block], length=length, seed=seed, row_ids=ids, batch=batch)
         if progress is not None:
             progress(2 * (block.stop - block.start))
         if cut > 0:
