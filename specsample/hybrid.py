@@ -16,7 +16,7 @@ from specsample.drafters import DraftState, ModelDrafter
 from specsample.lookup import PromptLookupDrafter
 from specsample.metrics import predicted_speedup
 from specsample.params import SamplingParams
-from specsample.protocols import Drafter, Proposal
+from specsample.protocols import Drafter, FeatureDrafter, Proposal
 
 __all__ = ["HybridDrafter", "HybridState", "compose_drafter", "split_name"]
 
@@ -229,7 +229,11 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
         raise ValueError(f"draft: {name!r} needs a model draft for {inner!r}, got a "
                          f"{type(drafter).__name__}")
     if threshold is not None:
-        drafter = ModelDrafter(drafter.model, threshold=threshold)
+        drafter = type(drafter)(drafter.model, threshold=threshold)  # a head stays a head
+    if kind is not None and isinstance(drafter, FeatureDrafter):
+        raise ValueError(f"draft: {name!r}: {kind} runs its model draft only in some rounds, which a "
+                         f"feature head (it reads every round's target features) does not support "
+                         f"yet; use {inner!r} alone")
     if kind == "auto":
         if cost is None:
             raise ValueError(f"draft: {name!r} needs a backend that measures the draft's cost")

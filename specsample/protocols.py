@@ -9,7 +9,7 @@ from specsample._array import Array
 from specsample.cache import Cache
 from specsample.params import SamplingParams
 
-__all__ = ["Drafter", "Model", "Proposal", "SkippingDrafter"]
+__all__ = ["Drafter", "FeatureDrafter", "FeatureModel", "Model", "Proposal", "SkippingDrafter"]
 
 
 @runtime_checkable
@@ -35,6 +35,15 @@ class Model(Protocol):
 
     def forward(self, tokens: Array, cache: Cache) -> tuple[Array, Cache]:
         """Logits [B, T, V] for tokens [B, T] written at `cache.lengths`."""
+        ...
+
+
+@runtime_checkable
+class FeatureModel(Model, Protocol):
+    """A Model that can also return the hidden states its output head reads."""
+
+    def forward_features(self, tokens: Array, cache: Cache) -> tuple[Array, Array, Cache]:
+        """`forward`, with the features [B, T, D] (logits = head(features)) from the same pass."""
         ...
 
 
@@ -108,4 +117,26 @@ class SkippingDrafter(Drafter, Protocol):
 
     def skip(self, state: Any) -> Any:
         """The state after a round without a proposal."""
+        ...
+
+
+@runtime_checkable
+class FeatureDrafter(Drafter, Protocol):
+    """A drafter that reads the target's features (a feature-level draft head).
+
+    The round gives it the features of every target forward instead of calling `start`
+    and `advance`: the target must be a `FeatureModel`. Its drafts still depend only on
+    committed tokens, the target's features of committed positions and its own samples,
+    so the output law is unchanged whatever it does with them.
+    """
+
+    def start_features(self, tokens: Array, lengths: Array, capacity: int,
+                       features: Array | None) -> Any:
+        """`start`, with the target's features [B, T - 1, D] of positions 0..T-2 of the
+        prompt buffer (None when T = 1)."""
+        ...
+
+    def advance_features(self, state: Any, lengths: Array, features: Array, first: Array) -> Any:
+        """`advance`, with the features [B, W, D] of the round's target forward, whose
+        column j is position first[b] + j of row b."""
         ...

@@ -9,7 +9,7 @@ from typing import Any
 from specsample._array import Array, check_int, check_shape, device, namespace
 from specsample.cache import Cache, check_live, rollback
 from specsample.params import SamplingParams
-from specsample.protocols import Drafter, Model, Proposal, SkippingDrafter
+from specsample.protocols import Drafter, FeatureDrafter, FeatureModel, Model, Proposal, SkippingDrafter
 from specsample.sample import sample
 from specsample.verify import Verdict, verify
 from specsample.warp import warp
@@ -64,15 +64,29 @@ def start(target: Model, drafter: Drafter, prompt: Array, prompt_lengths: Array,
     buffer = xp.zeros((batch, capacity), dtype=xp.int64, device=device(prompt))
     buffer = xp.concat([xp.astype(prompt, xp.int64), buffer[:, width:]], axis=1)
     cache = target.new_cache(batch, capacity)
+    features = None
     if width > 1:
         # Rows shorter than T write padding beyond their length: masked by
         # position, overwritten later.
-        _, cache = target.forward(buffer[:, : width - 1], cache)
+        _, features, cache = _forward(target, drafter, buffer[:, : width - 1], cache)
     lengths = xp.astype(prompt_lengths, xp.int64)
+    draft_state = drafter.start_features(buffer, lengths, capacity, features) \
+        if isinstance(drafter, FeatureDrafter) else drafter.start(buffer, lengths, capacity)
     return State(tokens=buffer, lengths=lengths, stop_lengths=stop_lengths,
-                 target_cache=rollback(cache, lengths - 1),
-                 draft_state=drafter.start(buffer, lengths, capacity),
+                 target_cache=rollback(cache, lengths - 1), draft_state=draft_state,
                  done=lengths >= stop_lengths)
+
+
+def _forward(target: Model, drafter: Drafter, tokens: Array, cache: Cache
+             ) -> tuple[Array, Array | None, Cache]:
+    """The target's logits, its features when the drafter reads them (else None), the cache."""
+    if not isinstance(drafter, FeatureDrafter):
+        logits, cache = target.forward(tokens, cache)
+        return logits, None, cache
+    if not isinstance(target, FeatureModel):
+        raise TypeError(f"target: a {type(drafter).__name__} reads the target's features: expected "
+                        f"a FeatureModel (forward_features), got {type(target).__name__}")
+    return target.forward_features(tokens, cache)
 
 
 def _emitted(xp: Any, verdict: Verdict, state: State, eos: int | None) -> Array:
@@ -129,9 +143,9 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
     check_live(state.target_cache, "state.target_cache")
     xp = namespace(state.tokens)
     step = _plain_step if k == 0 else _speculative_step
-    verdict, cache, draft_state, drafted = step(state, target, drafter, k=k, params=params,
-                                                uniforms=uniforms, check=check, verifier=verifier,
-                                                draft_lengths=draft_lengths)
+    verdict, cache, draft_state, drafted, features = step(
+        state, target, drafter, k=k, params=params, uniforms=uniforms, check=check,
+        verifier=verifier, draft_lengths=draft_lengths)
     emitted = _emitted(xp, verdict, state, eos)
     tokens = _write(xp, state.tokens, state.lengths, verdict.tokens, emitted)
     lengths = state.lengths + emitted
@@ -140,11 +154,14 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
         done = done | xp.any((tokens == eos) & _window(xp, tokens, state.lengths, emitted), axis=1)
     new = State(tokens=tokens, lengths=lengths, stop_lengths=state.stop_lengths,
                 target_cache=rollback(cache, lengths - 1),
-                draft_state=drafter.advance(draft_state, lengths), done=done)
+                draft_state=drafter.advance(draft_state, lengths) if features is None else
+                drafter.advance_features(draft_state, lengths, features,  # type: ignore[attr-defined]
+                                         state.lengths - 1), done=done)
     return new, RoundResult(verdict=verdict, emitted=emitted, active=~state.done, drafted=drafted)
 
 
-Stepped = tuple[Verdict, Cache, Any, Array]  # verdict, target cache, draft state, drafts per row
+# verdict, target cache, draft state, drafts per row, the target's features (feature drafters)
+Stepped = tuple[Verdict, Cache, Any, Array, Array | None]
 
 
 def _plain_step(state: State, target: Model, drafter: Drafter, *, k: int, params: SamplingParams,
@@ -159,11 +176,11 @@ def _plain_step(state: State, target: Model, drafter: Drafter, *, k: int, params
                          f"use k >= 1")
     check_shape("uniforms", uniforms, (int(state.tokens.shape[0]), 1))
     last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
-    logits, cache = target.forward(last, state.target_cache)
+    logits, features, cache = _forward(target, drafter, last, state.target_cache)
     final = sample(warp(logits[:, 0, :], params, check=check), uniforms[:, 0], check=check)
     verdict = Verdict(tokens=final[:, None], num_accepted=xp.zeros_like(state.lengths))
     draft_state = drafter.skip(state.draft_state) if skips else None  # type: ignore[attr-defined]
-    return verdict, cache, draft_state, xp.zeros_like(state.lengths)
+    return verdict, cache, draft_state, xp.zeros_like(state.lengths), features
 
 
 def _speculative_step(state: State, target: Model, drafter: Drafter, *, k: int,
@@ -178,7 +195,8 @@ def _speculative_step(state: State, target: Model, drafter: Drafter, *, k: int,
         draft_lengths = proposal.lengths if draft_lengths is None else xp.minimum(
             draft_lengths, proposal.lengths)
     last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
-    logits, cache = target.forward(xp.concat([last, proposal.tokens], axis=1), state.target_cache)
+    logits, features, cache = _forward(target, drafter, xp.concat([last, proposal.tokens], axis=1),
+                                       state.target_cache)
     target_probs = warp(logits, params, check=check)  # [B, K+1, V]
     extra = {} if draft_lengths is None else {"draft_lengths": draft_lengths}
     # Acceptance slot i reads column k + i and the final token column 2k whatever k' is:
@@ -188,7 +206,7 @@ def _speculative_step(state: State, target: Model, drafter: Drafter, *, k: int,
                        check=check, **extra)
     drafted = xp.full_like(state.lengths, made) if draft_lengths is None else \
         xp.astype(draft_lengths, xp.int64)
-    return verdict, cache, proposal.state, drafted
+    return verdict, cache, proposal.state, drafted, features
 
 
 def _drafts_made(proposal: Proposal, k: int) -> int:

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from specsample_backends.torch import opaque
-from specsample_backends.torch._fast import LlamaStack, attention_mask, llama_forward
+from specsample_backends.torch._fast import LlamaStack, attention_mask
+from specsample_backends.torch._forward import llama_forward
 from torch import Tensor, nn
 
 from specsample.cache import Lineage

@@ -18,10 +18,10 @@ from transformers import PretrainedConfig
 from .parallel import TensorParallel, local
 
 __all__ = ["ARCHITECTURES", "Architecture", "DenseLinear", "LlamaStack", "PreparedLinear", "architecture",
-           "attention_mask", "hf_config", "is_supported", "llama_forward", "submodule"]
+           "attention_mask", "decoder_layer", "embed", "hf_config", "is_supported", "rms_norm",
+           "submodule"]
 
 Linear = Callable[[Tensor], Tensor]
-_ROW_PARALLEL = ("o", "down")  # the linears whose outputs a tensor-parallel stack sums
 
 
 @runtime_checkable
@@ -348,59 +348,3 @@ def decoder_layer(x: Tensor, cos: Tensor, sin: Tensor, group_mask: Tensor,
     x = x + linear("o", a)
     h = rms_norm(x, norms[1], eps, norm_offset)
     return x + linear("down", act(linear("gate", h)) * linear("up", h))
-
-
-def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Tensor,
-                  buffers: tuple[tuple[Tensor, Tensor], ...]) -> Tensor:
-    """Hidden states -> logits, writing K/V at `positions` into `buffers` in place.
-
-    Args:
-        tokens: int64 [B, T].
-        positions: int64 [B, T], absolute positions (= cache lengths + t).
-        mask: bool [B, 1, T, S], True where a query may attend a key: attention reads the
-            first S <= C slots of each buffer (S = C attends them all).
-        buffers: per layer (K, V), each [B, H_kv, C, hd].
-
-    Returns:
-        logits [B, T, V] in the model dtype.
-    """
-    batch, width = tokens.shape
-    heads, kv_heads, hd = stack.heads, stack.kv_heads, stack.head_dim
-    rep = heads // kv_heads
-    x = embed(tokens, stack.embed, stack.embed_scale)  # [B, T, D]
-    cos, sin = stack.rotary(x, positions)  # [B, T, hd]
-    cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, hd]
-    index = positions[:, None, :, None].expand(batch, kv_heads, width, hd)
-    # Grouped-query attention without repeating K/V: the rep query heads that
-    # share a K/V head become rep*T query rows of that head.
-    group_mask = mask[:, :, None].expand(batch, 1, rep, width, mask.shape[-1]).reshape(
-        batch, 1, rep * width, mask.shape[-1])  # [B, 1, rep*T, C]
-    prepared = isinstance(stack.layers[0].q, PreparedLinear)
-    span = mask.shape[-1]
-    for layer, (keys, values) in zip(stack.layers, buffers, strict=True):
-        def write(k: Tensor, v: Tensor, keys: Tensor = keys, values: Tensor = values
-                  ) -> tuple[Tensor, Tensor]:
-            keys.scatter_(2, index, k)
-            values.scatter_(2, index, v)
-            return keys[:, :, :span], values[:, :, :span]
-
-        # The input last prepared and its preparation: decoder_layer passes one unmodified
-        # tensor to the linears that share it, so identity finds it again within a layer.
-        last: list[Any] = [None, None]
-
-        def linear(name: str, h: Tensor, layer: LlamaLayer = layer, last: list[Any] = last
-                   ) -> Tensor:
-            lin = getattr(layer, name)
-            if not prepared:
-                out: Tensor = lin(h)
-            else:
-                if last[0] is not h:
-                    last[:] = [h, lin.prepare(h)]
-                out = lin.apply(last[1])
-            # A tensor-parallel stack's o and down give partial sums: one all-reduce each.
-            return stack.reduce(out) if stack.reduce is not None and name in _ROW_PARALLEL else out
-
-        x = decoder_layer(x, cos, sin, group_mask, (layer.input_norm, layer.post_norm), linear,
-                          write, heads=heads, kv_heads=kv_heads, hd=hd, eps=stack.eps,
-                          act=stack.act, norm_offset=stack.norm_offset)
-    return stack.head(rms_norm(x, stack.norm, stack.eps, stack.norm_offset))  # [B, T, V]

@@ -19,8 +19,8 @@ from ._fast import (
     attention_mask,
     hf_config,
     is_supported,
-    llama_forward,
 )
+from ._forward import llama_features, llama_forward
 from .parallel import TensorParallel
 
 __all__ = ["HFModel"]
@@ -168,6 +168,19 @@ class HFModel:
         `cache` (see `specsample.cache`); use the returned one, whose lengths are
         advanced by T.
         """
+        logits, _, cache = self._run(tokens, cache, features=False)
+        return logits, cache
+
+    def forward_features(self, tokens: Tensor, cache: Cache) -> tuple[Tensor, Tensor, Cache]:
+        """`forward`, also returning the features [B, T, D] the output head reads (the final
+        norm's output, in the model dtype) from the same pass; a feature-level draft head
+        reads them."""
+        logits, features, cache = self._run(tokens, cache, features=True)
+        assert features is not None
+        return logits, features, cache
+
+    def _run(self, tokens: Tensor, cache: Cache, *, features: bool
+             ) -> tuple[Tensor, Tensor | None, Cache]:
         high = self._check(tokens, cache)
         check_live(cache)
         width = tokens.shape[1]
@@ -178,24 +191,31 @@ class HFModel:
             # not the whole capacity: the cost follows the length, not the reservation.
             span = high + width if self.stack is not None else cache.capacity
             mask = attention_mask(self._slots[:span], positions, window)  # [B, 1, T, span]
-            if self.stack is not None:
-                logits = llama_forward(self.stack, tokens, positions, mask, cache.buffers)
+            hidden = None
+            if self.stack is None:
+                logits, hidden = self._generic(tokens, positions, mask, cache.buffers, features)
+            elif features:
+                hidden = llama_features(self.stack, tokens, positions, mask, cache.buffers)
+                logits = self.stack.head(hidden)
             else:
-                logits = self._generic(tokens, positions, mask, cache.buffers)
+                logits = llama_forward(self.stack, tokens, positions, mask, cache.buffers)
             logits = self._resize(logits if logits.dtype == torch.float64 else logits.float())
             lengths = cache.lengths + width
-        return logits, consume(cache, lengths=lengths, buffers=cache.buffers)
+        return logits, hidden, consume(cache, lengths=lengths, buffers=cache.buffers)
 
-    def _generic(self, tokens: Tensor, positions: Tensor, mask: Tensor, buffers: Buffers) -> Tensor:
+    def _generic(self, tokens: Tensor, positions: Tensor, mask: Tensor, buffers: Buffers,
+                 features: bool) -> tuple[Tensor, Tensor | None]:
         batch, width = tokens.shape
         index = positions[:, None, :, None].expand(batch, self.kv_heads, width, self.head_dim)
         # Additive, so that eager attention (mask added to the scores) and SDPA agree.
         bias = torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(
             ~mask, torch.finfo(self.dtype).min)
         out = self.module(input_ids=tokens, attention_mask=bias, position_ids=positions,
-                          cache=_PositionCache(buffers, index), use_cache=True)
+                          cache=_PositionCache(buffers, index), use_cache=True,
+                          output_hidden_states=features)
         logits: Tensor = out.logits  # [B, T, V]
-        return logits
+        # The last hidden state is the final norm's output, the one the head reads.
+        return logits, out.hidden_states[-1] if features else None
 
     def _resize(self, logits: Tensor) -> Tensor:
         if self.vocab == logits.shape[-1]:

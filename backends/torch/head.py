@@ -1,0 +1,254 @@
+"""A feature-level draft head for a Llama-like target (EAGLE-1's shape), and its file format.
+
+`DraftHead` holds the trainable weights: an FC over [embedding(x_t); f_{t-1}] and one
+decoder layer of the target's architecture; its output imitates the target's feature
+f_t (the final norm's output), and the draft logits are the target's own output head
+applied to it, over the whole vocabulary or a subset of frequent tokens (q is then a law
+over that subset, and exactness is untouched). `HeadModel` runs it as a
+`specsample.feature.FeatureHead` over preallocated K/V and feature buffers, through the
+same `llama_layers` the target uses; training (`DraftHead.features`) runs the same
+function with autograd. A head file is safetensors plus a JSON card naming the target's
+fingerprint: loading it for another target is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from specsample.cache import Cache, check_live, consume
+
+from ._fast import DenseLinear, LlamaLayer, LlamaStack, attention_mask, embed, hf_config
+from ._forward import llama_layers
+from .model import HFModel
+
+__all__ = ["DraftHead", "HeadModel", "fingerprint", "load_head", "save_head"]
+
+_LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+def fingerprint(target: HFModel) -> str:
+    """A digest of the target's config and every weight: a head is trained for exactly one."""
+    h = hashlib.sha256(json.dumps(hf_config(target.module).to_dict(), sort_keys=True,
+                                  default=str).encode())
+    for name, tensor in sorted(target.module.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().to(torch.float32).contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+class DraftHead(nn.Module):
+    """FC [2D -> D] and one decoder layer shaped like the target's (initialised from its last).
+
+    Args:
+        target: the target (fast path) whose embeddings, rotary table and output head the
+            head reads, frozen.
+        vocab: the token ids the draft may propose (None: all).
+    """
+
+    vocab: Tensor  # int64 [S]: the ids the draft may propose, sorted
+
+    def __init__(self, target: HFModel, vocab: Tensor | None = None) -> None:
+        super().__init__()
+        if target.stack is None:
+            raise ValueError(f"target: a draft head needs the fast path (a Llama-like target), "
+                             f"got a {type(target.module).__name__}")
+        stack, width = target.stack, int(target.stack.embed.shape[1])
+        layers: Any = target.module.get_submodule("model.layers")
+        last = layers[-1]
+        self.fc = nn.Linear(2 * width, width, bias=True, dtype=stack.embed.dtype)
+        with torch.no_grad():  # start as "the feature of the previous position"
+            self.fc.weight.zero_()
+            self.fc.bias.zero_()
+            self.fc.weight[:, width:].copy_(torch.eye(width, dtype=stack.embed.dtype))
+        self.input_norm = nn.Parameter(last.input_layernorm.weight.detach().clone())
+        self.post_norm = nn.Parameter(last.post_attention_layernorm.weight.detach().clone())
+        modules = (last.self_attn.q_proj, last.self_attn.k_proj, last.self_attn.v_proj,
+                   last.self_attn.o_proj, last.mlp.gate_proj, last.mlp.up_proj, last.mlp.down_proj)
+        self.linears = nn.ModuleDict({n: _copy(m) for n, m in zip(_LINEARS, modules, strict=True)})
+        self.register_buffer("vocab", _vocab(vocab, target.vocab_size), persistent=True)
+        self.target_stack = stack  # frozen, not a parameter
+
+    def stack(self, *, pack: bool) -> LlamaStack:
+        """The head's layer as a one-layer LlamaStack over the target's settings."""
+        modules: dict[str, Any] = dict(self.linears.items())
+        dense = {n: DenseLinear(m.weight.detach() if pack else m.weight, m.bias, pack=pack)
+                 for n, m in modules.items()}
+        layer = LlamaLayer(input_norm=self.input_norm, post_norm=self.post_norm, **dense)
+        return dataclasses.replace(self.target_stack, layers=(layer,), reduce=None)
+
+    def features(self, tokens: Tensor, previous: Tensor) -> Tensor:
+        """Training: predicted features [B, T, D] from tokens [B, T] at positions 0..T-1 and
+        the target's features of the positions before them [B, T, D] (causal, autograd on)."""
+        batch, width = tokens.shape
+        stack = self.stack(pack=False)
+        x = self.fc(torch.cat([embed(tokens, stack.embed, stack.embed_scale), previous], dim=-1))
+        positions = torch.arange(width, device=tokens.device).expand(batch, width)
+        mask = attention_mask(torch.arange(width, device=tokens.device), positions, stack.window)
+        shape = (batch, stack.kv_heads, width, stack.head_dim)
+        buffers = ((x.new_zeros(shape), x.new_zeros(shape)),)
+        return llama_layers(stack, x, positions, mask, buffers)
+
+    def logits(self, features: Tensor) -> Tensor:
+        """Draft logits [..., V]: the target's head over the vocabulary subset, -inf elsewhere."""
+        rows, size = self.vocab, int(self.target_stack.embed.shape[0])
+        if rows.numel() == size:
+            return features @ _head_weight(self.target_stack.head).T
+        out = features.new_full((*features.shape[:-1], size), float("-inf"))
+        return out.index_copy(-1, rows, features @ _head_weight(self.target_stack.head)[rows].T)
+
+
+def _copy(module: nn.Module) -> nn.Linear:
+    weight: Any = module.weight
+    bias: Any = module.bias
+    out = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, dtype=weight.dtype)
+    with torch.no_grad():
+        out.weight.copy_(weight)
+        if bias is not None:
+            out.bias.copy_(bias)
+    return out
+
+
+def _vocab(vocab: Tensor | None, size: int) -> Tensor:
+    if vocab is None:
+        return torch.arange(size)
+    ids = torch.as_tensor(vocab, dtype=torch.int64)
+    if ids.ndim != 1 or ids.numel() < 1 or int(ids.min()) < 0 or int(ids.max()) >= size or \
+            len(set(ids.tolist())) != ids.numel():
+        raise ValueError(f"vocab: expected a non-empty 1-D set of distinct token ids in [0, {size}), "
+                         f"got {ids.numel()} ids with shape {list(ids.shape)}")
+    return ids.sort().values
+
+
+def _head_weight(head: Any) -> Tensor:
+    weight: Tensor = head.weight
+    return weight
+
+
+class HeadModel:
+    """A `DraftHead` as a `FeatureHead`: K/V [B, H_kv, C, hd], features F [B, C, D] and the
+    per-row count of positions whose feature is the target's.
+
+    A forward at positions t reads F[t - 1] (zeros at t = 0), and writes its predicted
+    feature at every position t >= known[b], so the next draft step reads it back.
+    """
+
+    def __init__(self, head: DraftHead) -> None:
+        if not isinstance(head, DraftHead):
+            raise TypeError(f"head: expected a DraftHead, got {type(head).__name__}")
+        self.head = head.eval()
+        self.stack = head.stack(pack=True)
+        self.vocab = int(head.target_stack.embed.shape[0])
+        rows = head.vocab
+        # The subset's rows of the output head, packed once: a draft step reads only those.
+        self._subset = None if rows.numel() == self.vocab else DenseLinear(
+            _head_weight(head.target_stack.head)[rows].contiguous(), None, one_row=True)
+        self.device = head.fc.weight.device
+        self._slots = torch.arange(1 << 16, device=self.device)
+
+    @property
+    def vocab_size(self) -> int:
+        """V, the target's vocabulary (the draft's q is 0 outside its subset)."""
+        return self.vocab
+
+    def new_cache(self, batch: int, capacity: int) -> Cache:
+        """Empty K/V and feature buffers; no feature known."""
+        stack, dtype = self.stack, self.head.fc.weight.dtype
+        if capacity > self._slots.shape[0]:
+            self._slots = torch.arange(capacity, device=self.device)
+        shape = (batch, stack.kv_heads, capacity, stack.head_dim)
+        with torch.inference_mode():
+            kv = (torch.zeros(shape, dtype=dtype, device=self.device),
+                  torch.zeros(shape, dtype=dtype, device=self.device))
+            feats = torch.zeros((batch, capacity, int(stack.embed.shape[1])), dtype=dtype,
+                                device=self.device)
+            known = torch.zeros(batch, dtype=torch.int64, device=self.device)
+            lengths = torch.zeros(batch, dtype=torch.int64, device=self.device)
+        return Cache(lengths=lengths, capacity=capacity, buffers=(kv, feats, known))
+
+    def with_features(self, cache: Cache, features: Tensor, first: Tensor, known: Tensor) -> Cache:
+        """Write the target's features [B, W, D] at positions first[b] + j; mark < known[b]."""
+        check_live(cache)
+        kv, feats, old = cache.buffers
+        width = int(features.shape[1])
+        with torch.inference_mode():
+            at = (first[:, None] + self._slots[:width]).clamp(max=cache.capacity - 1)
+            feats.scatter_(1, at[:, :, None].expand(-1, -1, feats.shape[2]), features.to(feats.dtype))
+            old.copy_(known)
+        return consume(cache, lengths=cache.lengths, buffers=(kv, feats, old))
+
+    def forward(self, tokens: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
+        """Draft logits [B, T, V] (float32, float64 for a float64 head) for tokens [B, T] at
+        positions lengths + t."""
+        check_live(cache)
+        kv, feats, known = cache.buffers
+        batch, width = tokens.shape
+        with torch.inference_mode():
+            positions = cache.lengths[:, None] + self._slots[:width]  # [B, T]
+            span = int(positions.max()) + 1
+            before = (positions - 1).clamp(min=0)
+            previous = feats.gather(1, before[:, :, None].expand(-1, -1, feats.shape[2]))
+            previous = previous * (positions > 0)[:, :, None]
+            stack = self.stack
+            x = self.head.fc(torch.cat([embed(tokens, stack.embed, stack.embed_scale), previous], -1))
+            mask = attention_mask(self._slots[:span], positions, stack.window)
+            h = llama_layers(stack, x, positions, mask, (kv,))
+            guess = positions >= known[:, None]  # not the target's: keep the prediction
+            index = positions.clamp(max=cache.capacity - 1)[:, :, None].expand(-1, -1, feats.shape[2])
+            feats.scatter_(1, index, torch.where(guess[:, :, None], h, feats.gather(1, index)))
+            if self._subset is None:
+                logits = self.stack.head(h)
+            else:
+                logits = h.new_full((batch, width, self.vocab), float("-inf")).index_copy_(
+                    -1, self.head.vocab, self._subset(h))
+            if logits.dtype != torch.float64:  # float32 logits, as HFModel gives
+                logits = logits.float()
+        return logits, consume(cache, lengths=cache.lengths + width, buffers=(kv, feats, known))
+
+
+def save_head(head: DraftHead, path: str | Path, card: dict[str, Any]) -> Path:
+    """Write `path` (safetensors) and `path` with suffix .json (the card, with the weights'
+    digest) ; returns the card's path."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    weights = {k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}
+    save_file(weights, str(path))
+    card = {**card, "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    card_path = path.with_suffix(".json")
+    card_path.write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+    return card_path
+
+
+def load_head(path: str | Path, target: HFModel) -> DraftHead:
+    """A head file for `target`.
+
+    Raises:
+        FileNotFoundError: no such head or card.
+        ValueError: the card names another target (fingerprint), or the weights do not
+            match the card.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    card_path = path.with_suffix(".json")
+    if not path.is_file() or not card_path.is_file():
+        raise FileNotFoundError(f"head: expected {path} and its card {card_path}, got "
+                                f"{'neither' if not path.exists() else 'no card'}")
+    card = json.loads(card_path.read_text())
+    if hashlib.sha256(path.read_bytes()).hexdigest() != card.get("weights_sha256"):
+        raise ValueError(f"head: the weights in {path} are not the ones its card describes")
+    mine = fingerprint(target)
+    if card.get("target_fingerprint") != mine:
+        raise ValueError(f"head: {path} was trained for target {card.get('target_fingerprint')!r}, "
+                         f"got target {mine!r}: a head drafts only for the target it was trained on")
+    weights = load_file(str(path))
+    head = DraftHead(target, vocab=weights["vocab"])
+    head.load_state_dict(weights)
+    return head

@@ -1,0 +1,89 @@
+"""A feature-level draft head (EAGLE-style): drafts from the target's own hidden states.
+
+The head is a `FeatureHead`: a Model whose input at position t is the token there and the
+feature of position t - 1, read from its cache: the target's true feature where the
+round has given it (`with_features`), else the head's own prediction, which each forward
+writes at the positions not yet known. So a draft step feeds back the feature the head
+just predicted, and after verification the committed positions hold the target's.
+
+`HeadDrafter` is a `ModelDrafter` over such a head (thresholds, rollback by length and
+the laws q are the same); it is a `FeatureDrafter`, so the round hands it the target's
+features of every forward. What it drafts depends only on committed tokens, the target's
+features of committed positions and its own samples: the output law stays the target's
+whatever the head's weights, which decide only how many drafts are accepted.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from specsample._array import Array, namespace
+from specsample.cache import Cache, rollback
+from specsample.drafters import DraftState, ModelDrafter
+from specsample.protocols import Model
+
+__all__ = ["FeatureHead", "HeadDrafter"]
+
+
+@runtime_checkable
+class FeatureHead(Model, Protocol):
+    """A draft Model that reads the feature of the previous position from its cache."""
+
+    def with_features(self, cache: Cache, features: Array, first: Array, known: Array) -> Cache:
+        """`cache` (consumed) with the target's features [B, W, D] written at positions
+        first[b] + j, and row b's features at positions < known[b] marked as the target's
+        (a forward then keeps them; it writes its predictions at positions >= known[b])."""
+        ...
+
+
+class HeadDrafter(ModelDrafter):
+    """Draft with a `FeatureHead` (see the module docstring).
+
+    Args:
+        head: the draft head.
+        threshold: None or a confidence in (0, 1) (see `ModelDrafter`).
+    """
+
+    def __init__(self, head: FeatureHead, *, threshold: float | None = None) -> None:
+        if not isinstance(head, FeatureHead):
+            raise TypeError(f"head: expected a FeatureHead (a Model with with_features), got "
+                            f"{type(head).__name__}")
+        super().__init__(head, threshold=threshold)
+        self.head = head
+
+    def start(self, tokens: Array, lengths: Array, capacity: int) -> DraftState:
+        """Not available: the head needs the target's features (`start_features`)."""
+        raise TypeError("HeadDrafter.start: the head reads the target's features; run it through "
+                        "the core round (specsample.generate), which calls start_features")
+
+    def advance(self, state: DraftState, lengths: Array) -> DraftState:
+        """Not available: the head needs the target's features (`advance_features`)."""
+        raise TypeError("HeadDrafter.advance: the head reads the target's features; run it through "
+                        "the core round (specsample.generate), which calls advance_features")
+
+    def start_features(self, tokens: Array, lengths: Array, capacity: int,
+                       features: Array | None) -> DraftState:
+        """Prefill the head with each prompt but its last token, its features the target's."""
+        xp = namespace(lengths)
+        cache = self.head.new_cache(int(tokens.shape[0]), capacity)
+        if features is not None:
+            cache = self.head.with_features(cache, features, xp.zeros_like(lengths), lengths - 1)
+        width = int(xp.max(lengths))
+        if width > 1:
+            _, cache = self.head.forward(tokens[:, : width - 1], cache)
+        return DraftState(cache=rollback(cache, lengths - 1), window=1)
+
+    def advance_features(self, state: DraftState, lengths: Array, features: Array,
+                         first: Array) -> DraftState:
+        """Take the round's target features; roll the head back to the positions it computed
+        from the target's features only, and feed the rest again next round.
+
+        The round's forward covered positions first..first + W - 1; every position the head
+        drafted from its own predictions is >= first + 1, so re-feeding the last W committed
+        tokens recomputes them from the target's features. The committed tokens' features
+        are the target's up to L - 2; position L - 1 holds a token the target has not read.
+        """
+        xp = namespace(lengths)
+        width = int(features.shape[1])
+        cache = self.head.with_features(state.cache, features, first, lengths - 1)
+        return DraftState(cache=rollback(cache, xp.clip(lengths - width, min=0)), window=width)
