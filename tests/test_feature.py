@@ -164,3 +164,12 @@ def test_head_files_load_by_name_with_a_threshold(tmp_path, target: HFModel) -> 
     assert isinstance(drafter, HeadDrafter) and drafter.threshold == 0.4
     with pytest.raises(ValueError, match=r"a feature head .* does not support yet"):
         loading.load_drafter(f"hybrid:head:{tmp_path / 'h.safetensors'}", target)
+
+
+def test_the_tree_sampler_refuses_a_head(target: HFModel) -> None:
+    # It computes laws per prefix without the target's features: a head's q would be wrong.
+    from specsample.testing import tree_samples
+
+    drafter = HeadDrafter(HeadModel(DraftHead(target)))
+    with pytest.raises(TypeError, match="sample through the engine"):
+        tree_samples(target, drafter, torch.tensor([PROMPT]), n=10, k=2, params=HOT, seed=0)

@@ -17,6 +17,7 @@ from specsample.cli.options import add_model_options, config_from_args, sampling
 from specsample.config import Config
 from specsample.drafters import ModelDrafter
 from specsample.params import SamplingParams
+from specsample.protocols import FeatureDrafter
 from specsample.runner import Runner, load
 from specsample.shard import Shard, join
 from specsample.testing import (
@@ -177,13 +178,16 @@ def _mode(args: argparse.Namespace, runner: Runner) -> str:
     config, drafter = runner.config, runner.drafter
     runs_core: Any = CoreBackend.generate
     own_engine = type(runner.backend).generate is not runs_core  # e.g. the static engine
-    if args.sampler == "auto":  # the tree sampler reads a model drafter's laws
-        args.sampler = "engine" if own_engine or not isinstance(drafter, ModelDrafter) else "tree"
+    # The tree sampler reads a model drafter's laws per prefix; a feature head also needs the
+    # target's features of each round, which only the engine gives it.
+    tree_ok = isinstance(drafter, ModelDrafter) and not isinstance(drafter, FeatureDrafter)
+    if args.sampler == "auto":
+        args.sampler = "engine" if own_engine or not tree_ok else "tree"
     rule = (f"the core's {config.verifier} rule" if args.broken is None
             else f"BROKEN rule {args.broken!r}")
     if args.sampler == "tree":
         _constant_k(config.k)
-        if not callable(getattr(drafter, "laws", None)):
+        if not tree_ok:
             raise ValueError(f"--draft: the tree sampler needs a draft model (int8, early-exit:N "
                              f"or a model), got {config.draft!r} (or use --sampler engine)")
         if args.rows is not None:

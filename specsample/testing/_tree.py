@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 from specsample._array import Array, check_int, device, namespace
 from specsample.cache import Cache
 from specsample.params import SamplingParams
-from specsample.protocols import Model
+from specsample.protocols import FeatureDrafter, Model
 from specsample.rng import Stream, round_uniforms, uniforms
 from specsample.sample import sample
 from specsample.verify import Verdict, verify
@@ -243,6 +243,9 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params: expected SamplingParams, got {type(params).__name__}")
     model = getattr(drafter, "model", None)
+    if isinstance(drafter, FeatureDrafter):
+        raise TypeError(f"drafter: a {type(drafter).__name__} reads the target's features of each "
+                        f"round, which the tree sampler does not compute; sample through the engine")
     if not isinstance(model, Model) or not callable(getattr(drafter, "laws", None)):
         raise TypeError(f"drafter: expected a model drafter (a `model` and `laws`), got "
                         f"{type(drafter).__name__}")
