@@ -15,14 +15,15 @@ whatever the head's weights, which decide only how many drafts are accepted.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol, runtime_checkable
 
-from specsample._array import Array, namespace
+from specsample._array import Array, check_int, namespace
 from specsample.cache import Cache, rollback
 from specsample.drafters import DraftState, ModelDrafter
 from specsample.protocols import Model
 
-__all__ = ["FeatureHead", "HeadDrafter"]
+__all__ = ["DistillPlan", "FeatureHead", "HeadDrafter"]
 
 
 @runtime_checkable
@@ -87,3 +88,47 @@ class HeadDrafter(ModelDrafter):
         width = int(features.shape[1])
         cache = self.head.with_features(state.cache, features, first, lengths - 1)
         return DraftState(cache=rollback(cache, xp.clip(lengths - width, min=0)), window=width)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DistillPlan:
+    """How `specsample distill` trains a head (a backend's `distill` reads it); the defaults
+    are the shipped head's.
+
+    Attributes:
+        prompts: training prompts; new_tokens: tokens sampled after each; temperature:
+            the target's sampling temperature; batch: rows per sampling batch.
+        vocab: the draft vocabulary's size (the most frequent sampled tokens), 0 for all.
+        epochs, lr, batch_rows, feature_weight, logit_weight, noise: training (rows per
+            step; loss weights; feature noise, as a fraction of the features' std).
+        k, held_out_tokens: the held-out acceptance probe.
+        seed: every random choice.
+    """
+
+    prompts: int = 256
+    new_tokens: int = 96
+    temperature: float = 0.7
+    batch: int = 16
+    vocab: int = 8192
+    epochs: int = 6
+    lr: float = 1e-3
+    batch_rows: int = 8
+    feature_weight: float = 1.0
+    logit_weight: float = 0.1
+    noise: float = 0.05
+    k: int = 4
+    held_out_tokens: int = 64
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("prompts", "new_tokens", "batch", "epochs", "batch_rows", "k", "held_out_tokens"):
+            check_int(name, getattr(self, name), 1)
+        check_int("vocab", self.vocab, 0)
+        check_int("seed", self.seed, 0)
+        for name in ("temperature", "lr", "feature_weight", "logit_weight", "noise"):
+            value = getattr(self, name)
+            positive = name in ("temperature", "lr")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
+                    (positive and value == 0):
+                raise ValueError(f"{name}: expected a number {'> 0' if positive else '>= 0'}, "
+                                 f"got {value!r}")

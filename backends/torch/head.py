@@ -28,7 +28,10 @@ from ._fast import DenseLinear, LlamaLayer, LlamaStack, attention_mask, embed, h
 from ._forward import llama_layers
 from .model import HFModel
 
-__all__ = ["DraftHead", "HeadModel", "fingerprint", "load_head", "save_head"]
+__all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "load_head", "save_head"]
+
+# The head trained for the embedded SmolLM2-135M-Instruct (`specsample distill` writes it).
+SHIPPED = Path(__file__).with_name("heads") / "smollm2-135m-instruct.safetensors"
 
 _LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
 

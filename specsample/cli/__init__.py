@@ -1,4 +1,4 @@
-"""The `specsample` command: demo, generate, bench, check."""
+"""The `specsample` command: demo, generate, bench, check, distill."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from specsample.cli import _bench, _check, _demo, _generate
+from specsample.cli import _bench, _check, _demo, _distill, _generate
 
 __all__ = ["main"]
 
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     _generate.add_parser(sub)
     _bench.add_parser(sub)
     _check.add_parser(sub)
+    _distill.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,201 @@
+"""Train a feature-level draft head from the target's own samples (`specsample distill`).
+
+1. The target samples continuations of varied training prompts (topics x instructions,
+   none of them a benchmark prompt), batched, at `temperature`.
+2. One forward over each sampled sequence gives the target's features f_t and the
+   normaliser of its logits; the draft vocabulary is the `vocab` tokens most frequent in
+   those samples.
+3. The head learns, with teacher forcing on noisy features, f_t from (x_t, f_{t-1}):
+   smooth-L1 to the target's feature plus the cross-entropy of its draft law against the
+   target's law (temperature 1) on the draft vocabulary.
+4. Held-out acceptance: greedy speculative generation with K drafts on the benchmark
+   prompts, which the head never saw.
+
+Everything is seeded: the same plan, target and thread count give the same head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from specsample._array import check_int
+from specsample.bench.prompts import PROMPTS
+from specsample.feature import DistillPlan, HeadDrafter
+from specsample.generate import generate, generate_plain
+from specsample.params import SamplingParams
+from specsample.runner import encode_text
+
+from .head import DraftHead, HeadModel, fingerprint, save_head
+from .model import HFModel
+
+__all__ = ["distill", "held_out_alpha", "training_prompts"]
+
+_TOPICS = ("the ocean", "a small bakery", "black holes", "learning to play the piano", "volcanoes",
+           "a city at night", "the history of paper", "honey bees", "a long train journey",
+           "photosynthesis", "chess openings", "a lost umbrella", "the moon landing", "recycling",
+           "a mountain village", "machine learning", "the water cycle", "an old lighthouse",
+           "friendship", "the Roman empire", "electric cars", "a thunderstorm", "gardening",
+           "the human heart", "coffee", "a space station", "autumn leaves", "the printing press",
+           "a busy airport", "sleep", "the desert", "a robot chef")
+_STYLES = ("Write a short story about {}.", "Explain {} to a ten-year-old.",
+           "Give me five facts about {}.", "Write a poem about {}.",
+           "What are the main ideas behind {}?", "Describe {} in a few paragraphs.",
+           "Write a diary entry about {}.", "List some questions people often ask about {}.")
+
+
+def training_prompts(count: int) -> list[str]:
+    """`count` distinct training prompts: round j gives topic i the instruction (i + j) mod 8,
+    so the first ones mix every instruction and all 256 pairs come once."""
+    check_int("count", count, 1, len(_TOPICS) * len(_STYLES) + 1)
+    return [_STYLES[(i + j) % len(_STYLES)].format(topic)
+            for j in range(len(_STYLES)) for i, topic in enumerate(_TOPICS)][:count]
+
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def _sample(target: HFModel, tokenizer: Any, plan: DistillPlan, progress: Progress) -> list[list[int]]:
+    """Prompt + sampled ids per training prompt."""
+    prompts = [encode_text(tokenizer, p) for p in training_prompts(plan.prompts)]
+    eos = tokenizer.eos_token_id
+    rows: list[list[int]] = []
+    for start in range(0, len(prompts), plan.batch):
+        chunk = prompts[start:start + plan.batch]
+        width = max(len(p) for p in chunk)
+        ids = torch.tensor([p + [0] * (width - len(p)) for p in chunk])
+        out = generate_plain(target, ids, max_new_tokens=plan.new_tokens,
+                             params=SamplingParams(temperature=plan.temperature), seed=plan.seed + start,
+                             eos_token_id=eos, prompt_lengths=torch.tensor([len(p) for p in chunk]))
+        rows.extend(p + out.new_tokens(i) for i, p in enumerate(chunk))
+        progress("sampling", len(rows), len(prompts))
+    return rows
+
+
+def _vocabulary(rows: Sequence[list[int]], size: int, total: int, keep: Sequence[int]) -> Tensor | None:
+    """The `size` most frequent ids (ties: the lower id), plus `keep`; None for all."""
+    if size == 0 or size >= total:
+        return None
+    counts = Counter(itertools.chain.from_iterable(rows))
+    ranked = sorted(counts, key=lambda t: (-counts[t], t))
+    chosen = set(ranked[:size]) | {int(t) for t in keep}
+    return torch.tensor(sorted(chosen), dtype=torch.int64)
+
+
+def _targets(target: HFModel, rows: Sequence[list[int]], progress: Progress
+             ) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """(ids [L], features [L, D], log-normaliser of the logits [L]) per sequence."""
+    data = []
+    for i, row in enumerate(rows):
+        ids = torch.tensor([row])
+        logits, features, _ = target.forward_features(ids, target.new_cache(1, len(row)))
+        data.append((ids[0], features[0].clone(), torch.logsumexp(logits[0].double(), -1).float()))
+        progress("target features", i + 1, len(rows))
+    return data
+
+
+def _loss(head: DraftHead, batch: list[tuple[Tensor, Tensor, Tensor]], plan: DistillPlan,
+          scale: float, weight: Tensor, generator: torch.Generator) -> Tensor:
+    width = max(len(ids) for ids, _, _ in batch)
+    ids = torch.stack([F.pad(x, (0, width - len(x))) for x, _, _ in batch])
+    feats = torch.stack([F.pad(f, (0, 0, 0, width - len(f))) for _, f, _ in batch])
+    lse = torch.stack([F.pad(n, (0, width - len(n))) for _, _, n in batch])
+    valid = torch.stack([torch.arange(width) < len(x) for x, _, _ in batch]).float()
+    previous = torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
+    previous = previous + plan.noise * scale * torch.randn(previous.shape, generator=generator)
+    guess = head.features(ids, previous)
+    regression = (F.smooth_l1_loss(guess, feats, reduction="none").mean(-1) * valid).sum()
+    with torch.no_grad():
+        p = torch.exp(feats @ weight.T - lse[..., None])  # the target's law on the draft vocabulary
+    cross = -(p * torch.log_softmax(guess @ weight.T, dim=-1)).sum(-1)
+    return (plan.feature_weight * regression + plan.logit_weight * (cross * valid).sum()) / valid.sum()
+
+
+def _train(head: DraftHead, data: list[tuple[Tensor, Tensor, Tensor]], plan: DistillPlan,
+           progress: Progress) -> list[float]:
+    generator = torch.Generator().manual_seed(plan.seed)
+    weight = head.target_stack.head.weight.detach()[head.vocab]  # type: ignore[attr-defined]
+    scale = float(torch.cat([f for _, f, _ in data]).std())
+    params = [p for n, p in head.named_parameters()]
+    optimiser = torch.optim.AdamW(params, lr=plan.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    steps = plan.epochs * -(-len(data) // plan.batch_rows)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=plan.lr, total_steps=steps,
+                                                   pct_start=0.1)
+    losses, done = [], 0
+    head.train()
+    for _ in range(plan.epochs):
+        order = torch.randperm(len(data), generator=generator).tolist()
+        total = 0.0
+        for start in range(0, len(order), plan.batch_rows):
+            loss = _loss(head, [data[i] for i in order[start:start + plan.batch_rows]], plan, scale,
+                         weight, generator)
+            optimiser.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            torch.nn.utils.clip_grad_norm_(params, 0.5)
+            optimiser.step()
+            schedule.step()
+            total += float(loss)
+            done += 1
+            progress("training", done, steps)
+        losses.append(total / -(-len(order) // plan.batch_rows))
+    head.eval()
+    return losses
+
+
+def held_out_alpha(target: HFModel, drafter: Any, tokenizer: Any, *, k: int, new_tokens: int
+                   ) -> dict[str, float]:
+    """Greedy per-token acceptance alpha (`Metrics.alpha`: accepted / (accepted + rejections))
+    of `drafter` on the benchmark prompts, pooled per kind ("open", "grounded") and overall."""
+    pooled: dict[str, list[int]] = {"open": [0, 0], "grounded": [0, 0]}
+    for tag, text in PROMPTS:
+        ids = torch.tensor([encode_text(tokenizer, text)])
+        m = generate(target, drafter, ids, max_new_tokens=new_tokens,
+                     params=SamplingParams(temperature=0.0), k=k,
+                     eos_token_id=tokenizer.eos_token_id).metrics
+        pooled[tag][0] += m.accepted
+        pooled[tag][1] += m.accepted + m.row_rounds - m.full_rounds
+    pooled["all"] = [sum(v[0] for v in pooled.values()), sum(v[1] for v in pooled.values())]
+    return {tag: a / t if t else 0.0 for tag, (a, t) in pooled.items()}
+
+
+def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path, *,
+            progress: Progress | None = None) -> dict[str, Any]:
+    """Train a head for `target` as `plan` says and save it at `path` (+ its .json card).
+
+    Returns:
+        The card: target fingerprint, vocabulary size, the plan, losses, held-out alpha,
+        seconds taken.
+    """
+    if not isinstance(plan, DistillPlan):
+        raise TypeError(f"plan: expected a DistillPlan, got {type(plan).__name__}")
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        raise ValueError(f"path: expected a .safetensors file name, got {str(path)!r}")
+    report = progress or (lambda stage, done, total: None)
+    began = time.perf_counter()
+    torch.manual_seed(plan.seed)
+    with torch.no_grad():
+        rows = _sample(target, tokenizer, plan, report)
+        data = _targets(target, rows, report)
+    keep = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+    head = DraftHead(target, vocab=_vocabulary(rows, plan.vocab, target.vocab_size, keep))
+    losses = _train(head, data, plan, report)
+    alpha = held_out_alpha(target, HeadDrafter(HeadModel(head)), tokenizer, k=plan.k,
+                           new_tokens=plan.held_out_tokens)
+    card = {"target_fingerprint": fingerprint(target), "vocab": int(head.vocab.numel()),
+            "plan": dataclasses.asdict(plan), "epoch_losses": [round(x, 5) for x in losses],
+            "held_out_alpha": {k: round(v, 4) for k, v in alpha.items()},
+            "training_tokens": sum(len(r) for r in rows), "seconds": round(time.perf_counter() - began),
+            "torch_threads": torch.get_num_threads()}
+    save_head(head.half(), path, card)
+    head.float()
+    return card

@@ -1,0 +1,66 @@
+"""`specsample distill`: train a feature-level draft head from the target's own samples."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from specsample.cli._progress import Bars
+from specsample.cli.options import DEFAULT_TARGET
+from specsample.config import Config
+from specsample.feature import DistillPlan
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: Any) -> None:
+    """Register the `distill` subcommand."""
+    parser = sub.add_parser("distill", help="train a draft head (EAGLE-style) for the target")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the head file (.safetensors; its card is written beside it); default "
+                             "for the embedded target: where the shipped head lives")
+    defaults = DistillPlan()
+    for field in dataclasses.fields(DistillPlan):
+        parser.add_argument(f"--{field.name.replace('_', '-')}", dest=f"plan_{field.name}",
+                            type=type(getattr(defaults, field.name)), default=getattr(defaults, field.name),
+                            help=f"(default {getattr(defaults, field.name)})")
+    parser.add_argument("--target", default=None, help="the target (default: the embedded SmolLM2)")
+    parser.add_argument("--device", default=None, help="backend option 'device' (e.g. cpu, cuda:0)")
+    parser.add_argument("--dtype", default=None, help="backend option 'dtype' (e.g. float32)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Sample, train, evaluate on held-out prompts, save; print the card."""
+    from specsample_backends.torch.distill import distill
+    from specsample_backends.torch.head import SHIPPED
+
+    import specsample
+
+    options = {n: getattr(args, n) for n in ("device", "dtype") if getattr(args, n) is not None}
+    config = Config(backend="torch", target=args.target or DEFAULT_TARGET, draft="lookup",
+                    options=options)
+    plan = DistillPlan(**{f.name: getattr(args, f"plan_{f.name}") for f in dataclasses.fields(DistillPlan)})
+    runner = specsample.load(config)
+    out = args.out
+    if out is None:
+        if config.target not in (None, "smollm2"):
+            raise ValueError(f"--out: needed for target {config.target!r} (the default place is the "
+                             f"embedded SmolLM2's head)")
+        out = SHIPPED
+    bars, stage = Bars("distill: "), [""]
+
+    def progress(name: str, done: int, total: int) -> None:
+        if name != stage[0]:
+            stage[0] = name
+            bars.stage(name, total, "step")
+        bars.advance(1)
+
+    card = distill(runner.target, runner.tokenizer, plan, out, progress=progress)
+    bars.end()
+    print(json.dumps(card, indent=2, sort_keys=True))
+    print(f"wrote {out} and {Path(out).with_suffix('.json')}")
+    return 0
