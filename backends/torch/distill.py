@@ -143,7 +143,7 @@ def _train(head: DraftHead, data: list[tuple[Tensor, Tensor, Tensor]], plan: Dis
             torch.nn.utils.clip_grad_norm_(params, 0.5)
             optimiser.step()
             schedule.step()
-            total += float(loss)
+            total += float(loss.detach())
             done += 1
             progress("training", done, steps)
         losses.append(total / -(-len(order) // plan.batch_rows))

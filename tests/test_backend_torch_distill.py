@@ -1,0 +1,71 @@
+"""`distill`: seeded end to end, learns, and writes a head that loads for its target only.
+
+A tiny random Llama over SmolLM2's vocabulary (so the real tokenizer's chat template and
+ids apply) is distilled twice with the same plan: the two head files must be identical
+byte for byte, the training loss must fall, and the file must load as a drafter whose
+greedy output equals plain decoding.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from specsample_backends.torch import HFModel, loading
+from specsample_backends.torch.distill import distill, training_prompts
+from specsample_backends.torch.head import load_head
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specsample.feature import DistillPlan
+from specsample.generate import generate, generate_plain
+from specsample.params import SamplingParams
+
+PLAN = DistillPlan(prompts=6, new_tokens=12, batch=3, vocab=512, epochs=3, batch_rows=2, k=2,
+                   held_out_tokens=4, lr=3e-3)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> HFModel:
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    return HFModel(LlamaForCausalLM(config).eval())
+
+
+def test_training_prompts_are_distinct_and_mixed() -> None:
+    prompts = training_prompts(256)
+    assert len(set(prompts)) == 256
+    assert len({p.split(" ")[0] for p in prompts[:32]}) >= 6  # the first ones mix instructions
+    with pytest.raises(ValueError, match="count: expected"):
+        training_prompts(257)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("epochs", 0, "epochs: expected"), ("lr", 0.0, "lr: expected a number > 0"),
+    ("noise", -1.0, "noise: expected a number >= 0"), ("vocab", -1, "vocab: expected"),
+])
+def test_bad_plans_are_clear_errors(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DistillPlan(**{field: value})  # type: ignore[arg-type]
+
+
+def test_distill_is_seeded_learns_and_loads(tmp_path, tiny: HFModel) -> None:  # type: ignore[no-untyped-def]
+    tokenizer = loading.load_tokenizer("smollm2")
+    cards = [distill(tiny, tokenizer, PLAN, tmp_path / f"{i}.safetensors") for i in range(2)]
+    assert (tmp_path / "0.safetensors").read_bytes() == (tmp_path / "1.safetensors").read_bytes()
+    same = [{k: v for k, v in c.items() if k != "seconds"} for c in cards]
+    assert same[0] == same[1]
+    losses = cards[0]["epoch_losses"]
+    assert losses[-1] < losses[0], losses
+    assert json.loads((tmp_path / "0.json").read_text())["held_out_alpha"] == cards[0]["held_out_alpha"]
+    assert 0 < cards[0]["vocab"] <= 512 + 1
+    head = load_head(tmp_path / "0.safetensors", tiny)
+    drafter = loading.load_drafter(f"head:{tmp_path / '0.safetensors'}", tiny)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    greedy = SamplingParams(temperature=0.0)
+    assert torch.equal(generate(tiny, drafter, ids, max_new_tokens=8, params=greedy, k=2).sequences,
+                       generate_plain(tiny, ids, max_new_tokens=8, params=greedy).sequences)
+    assert head.fc.weight.dtype == torch.float32  # stored as float16, loaded in the target's dtype
+    with pytest.raises(ValueError, match=r"path: expected a \.safetensors file name"):
+        distill(tiny, tokenizer, PLAN, tmp_path / "head.bin")
