@@ -18,7 +18,7 @@ from specsample.metrics import predicted_speedup
 from specsample.params import SamplingParams
 from specsample.protocols import Drafter, FeatureDrafter, Proposal
 
-__all__ = ["HybridDrafter", "HybridState", "compose_drafter", "split_name"]
+__all__ = ["FeatureHybridDrafter", "HybridDrafter", "HybridState", "compose_drafter", "split_name"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -101,7 +101,9 @@ class HybridDrafter:
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> HybridState:
         """The model's prefill (all but the last prompt token)."""
-        draft = self.model.start(tokens, lengths, capacity)
+        return self._started(self.model.start(tokens, lengths, capacity), lengths)
+
+    def _started(self, draft: DraftState, lengths: Array) -> HybridState:
         zeros = namespace(lengths).zeros_like(lengths)
         return HybridState(draft=draft, seen=lengths - 1, modelled=lengths < 0, drafted=zeros,
                            accepted=zeros, trials=zeros)
@@ -174,7 +176,7 @@ class HybridDrafter:
         """Modelled rows: the cache holds L - 2 committed tokens (as `ModelDrafter.advance`),
         and their acceptance evidence grows; other rows: what it held before the round."""
         xp = namespace(lengths)
-        seen = xp.minimum(xp.where(state.modelled, xp.clip(lengths - 2, min=0), state.seen), lengths - 1)
+        seen = self._valid(xp, state, lengths)
         # A modelled row committed its accepted drafts and one more token (fewer only at a stop).
         accepted = xp.where(state.modelled, xp.clip(lengths - state.seen - 1, min=0), 0)
         accepted = xp.minimum(accepted, state.drafted)
@@ -182,6 +184,41 @@ class HybridDrafter:
         return dataclasses.replace(
             state, draft=DraftState(cache=rollback(state.draft.cache, seen), window=2), seen=seen,
             accepted=state.accepted + accepted, trials=state.trials + accepted + rejected)
+
+
+    def _valid(self, xp: Any, state: HybridState, lengths: Array) -> Array:
+        """Per row, how many cache positions stay valid after the round (`seen`)."""
+        return xp.minimum(xp.where(state.modelled, xp.clip(lengths - 2, min=0), state.seen), lengths - 1)
+
+
+class FeatureHybridDrafter(HybridDrafter):
+    """`HybridDrafter` over a feature head (`specsample.feature.HeadDrafter`): the round hands
+    it the target's features of every forward, copy rounds and plain steps included, and the
+    head's cache stays valid only up to the positions it computed from the target's features
+    (never past the round's first drafted position), so catching up recomputes the rest."""
+
+    def __init__(self, model: ModelDrafter, lookup: PromptLookupDrafter | None = None, **kwargs: Any
+                 ) -> None:
+        if not isinstance(model, FeatureDrafter):
+            raise TypeError(f"model: expected a feature head drafter, got {type(model).__name__}")
+        super().__init__(model, lookup, **kwargs)
+        self.head: Any = model
+
+    def start_features(self, tokens: Array, lengths: Array, capacity: int,
+                       features: Array | None) -> HybridState:
+        """The head's prefill with the target's features of the prompt."""
+        return self._started(self.head.start_features(tokens, lengths, capacity, features), lengths)
+
+    def advance_features(self, state: HybridState, lengths: Array, features: Array,
+                         first: Array) -> HybridState:
+        """Hand the head the round's features, then `advance`."""
+        cache = self.head.head.with_features(state.draft.cache, features, first, lengths - 1)
+        return self.advance(dataclasses.replace(state, draft=DraftState(cache=cache, window=1)), lengths)
+
+    def _valid(self, xp: Any, state: HybridState, lengths: Array) -> Array:
+        # `state.seen` is the length at the last proposal: positions from there on were
+        # drafted from the head's own predicted features.
+        return xp.minimum(state.seen, lengths - 1)
 
 
 def _threshold(name: str) -> tuple[str, float | None]:
@@ -230,12 +267,9 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
                          f"{type(drafter).__name__}")
     if threshold is not None:
         drafter = type(drafter)(drafter.model, threshold=threshold)  # a head stays a head
-    if kind is not None and isinstance(drafter, FeatureDrafter):
-        raise ValueError(f"draft: {name!r}: {kind} runs its model draft only in some rounds, which a "
-                         f"feature head (it reads every round's target features) does not support "
-                         f"yet; use {inner!r} alone")
+    hybrid = FeatureHybridDrafter if isinstance(drafter, FeatureDrafter) else HybridDrafter
     if kind == "auto":
         if cost is None:
             raise ValueError(f"draft: {name!r} needs a backend that measures the draft's cost")
-        return HybridDrafter(drafter, cost_ratio=cost(drafter))
-    return HybridDrafter(drafter) if kind else drafter
+        return hybrid(drafter, cost_ratio=cost(drafter))
+    return hybrid(drafter) if kind else drafter

@@ -12,6 +12,8 @@ head's own law, which moves the output law far beyond that: the same tests must 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -21,6 +23,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from specsample.feature import HeadDrafter
 from specsample.generate import generate, generate_plain
+from specsample.hybrid import FeatureHybridDrafter
 from specsample.lookup import PromptLookupDrafter
 from specsample.params import SamplingParams
 from specsample.round import start
@@ -52,6 +55,15 @@ class _Lying(HeadDrafter):
         return law, torch.full_like(law, 1.0 / law.shape[-1])
 
 
+@pytest.mark.parametrize("kind", ["hybrid", "auto"])
+def test_the_hybrids_over_a_head_decode_greedily_as_plain(target: HFModel, kind: str) -> None:
+    drafter = _drafter(target, kind)
+    ids = torch.tensor([PROMPT, [4, 4, 6, 1, 0]])
+    plain = generate_plain(target, ids, max_new_tokens=30, params=GREEDY)
+    spec = generate(target, drafter, ids, max_new_tokens=30, params=GREEDY, k=3)
+    assert torch.equal(spec.sequences, plain.sequences)
+
+
 @pytest.mark.parametrize("vocab", [None, torch.tensor([0, 2, 3, 5, 7])], ids=["all", "subset"])
 @pytest.mark.parametrize("threshold", [None, 0.5])
 def test_greedy_equals_plain_decoding(target: HFModel, vocab: torch.Tensor | None,
@@ -65,7 +77,7 @@ def test_greedy_equals_plain_decoding(target: HFModel, vocab: torch.Tensor | Non
         assert spec.metrics.alpha > 0  # the head's drafts are used, not all rejected
 
 
-def _first_tokens(target: HFModel, drafter: HeadDrafter | None, length: int) -> np.ndarray:
+def _first_tokens(target: HFModel, drafter: Any, length: int) -> np.ndarray:
     ids = torch.tensor([PROMPT] * ROWS)
     if drafter is None:
         out = generate_plain(target, ids, max_new_tokens=length, params=HOT, seed=11)
@@ -74,10 +86,21 @@ def _first_tokens(target: HFModel, drafter: HeadDrafter | None, length: int) -> 
     return out.sequences[:, len(PROMPT):len(PROMPT) + length].numpy()
 
 
-@pytest.mark.parametrize("lying", [False, True], ids=["head", "negative-control"])
-def test_sampled_output_follows_the_target_law(target: HFModel, lying: bool) -> None:
-    kind = _Lying if lying else HeadDrafter
-    drafter = kind(HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6]))))
+def _drafter(target: HFModel, kind: str) -> Any:
+    head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6])))
+    if kind == "negative-control":
+        return _Lying(head)
+    if kind == "hybrid":  # prompt lookup where the context repeats (often, at V = 8), the head elsewhere
+        return FeatureHybridDrafter(HeadDrafter(head))
+    if kind == "auto":  # ... and the head only where Thm 3.8 predicts a gain at c = 0.3
+        return FeatureHybridDrafter(HeadDrafter(head, threshold=0.5), cost_ratio=0.3, prior_alpha=0.5)
+    return HeadDrafter(head)
+
+
+@pytest.mark.parametrize("kind", ["head", "hybrid", "auto", "negative-control"])
+def test_sampled_output_follows_the_target_law(target: HFModel, kind: str) -> None:
+    lying = kind == "negative-control"
+    drafter = _drafter(target, kind)
     spec, plain = _first_tokens(target, drafter, 2), _first_tokens(target, None, 2)
     logits, _ = target.forward(torch.tensor([PROMPT]), target.new_cache(1, len(PROMPT)))
     exact = warp(logits[0, -1], HOT).numpy()
@@ -162,8 +185,10 @@ def test_head_files_load_by_name_with_a_threshold(tmp_path, target: HFModel) -> 
     save_head(DraftHead(target), tmp_path / "h.safetensors", {"target_fingerprint": fingerprint(target)})
     drafter = loading.load_drafter(f"head:{tmp_path / 'h.safetensors'}@0.4", target)
     assert isinstance(drafter, HeadDrafter) and drafter.threshold == 0.4
-    with pytest.raises(ValueError, match=r"a feature head .* does not support yet"):
-        loading.load_drafter(f"hybrid:head:{tmp_path / 'h.safetensors'}", target)
+    hybrid = loading.load_drafter(f"hybrid:head:{tmp_path / 'h.safetensors'}", target)
+    assert isinstance(hybrid, FeatureHybridDrafter)
+    auto = loading.load_drafter(f"auto:head:{tmp_path / 'h.safetensors'}", target)  # c measured with features
+    assert isinstance(auto, FeatureHybridDrafter) and auto.cost_ratio is not None
 
 
 def test_the_tree_sampler_refuses_a_head(target: HFModel) -> None:

@@ -6,8 +6,9 @@
    normaliser of its logits; the draft vocabulary is the `vocab` tokens most frequent in
    those samples.
 3. The head learns, with teacher forcing on noisy features, f_t from (x_t, f_{t-1}):
-   smooth-L1 to the target's feature plus the cross-entropy of its draft law against the
-   target's law (temperature 1) on the draft vocabulary.
+   smooth-L1 to the target's feature (in units of the features' std) plus the
+   cross-entropy of its draft law against the target's law (temperature 1) on the draft
+   vocabulary.
 4. Held-out acceptance: greedy speculative generation with K drafts on the benchmark
    prompts, which the head never saw.
 
@@ -91,15 +92,20 @@ def _vocabulary(rows: Sequence[list[int]], size: int, total: int, keep: Sequence
     return torch.tensor(sorted(chosen), dtype=torch.int64)
 
 
-def _targets(target: HFModel, rows: Sequence[list[int]], progress: Progress
+def _targets(target: HFModel, rows: Sequence[list[int]], batch: int, progress: Progress
              ) -> list[tuple[Tensor, Tensor, Tensor]]:
-    """(ids [L], features [L, D], log-normaliser of the logits [L]) per sequence."""
-    data = []
-    for i, row in enumerate(rows):
-        ids = torch.tensor([row])
-        logits, features, _ = target.forward_features(ids, target.new_cache(1, len(row)))
-        data.append((ids[0], features[0].clone(), torch.logsumexp(logits[0].double(), -1).float()))
-        progress("target features", i + 1, len(rows))
+    """(ids [L], features [L, D], log-normaliser of the logits [L]) per sequence, from
+    right-padded batches (a causal forward: padding after a row does not change it)."""
+    data: list[tuple[Tensor, Tensor, Tensor]] = []
+    for start in range(0, len(rows), batch):
+        chunk = rows[start:start + batch]
+        width = max(len(r) for r in chunk)
+        ids = torch.tensor([r + [0] * (width - len(r)) for r in chunk])
+        logits, features, _ = target.forward_features(ids, target.new_cache(len(chunk), width))
+        norms = torch.logsumexp(logits.double(), -1).float()
+        data.extend((ids[i, :len(r)], features[i, :len(r)].clone(), norms[i, :len(r)])
+                    for i, r in enumerate(chunk))
+        progress("target features", len(data), len(rows))
     return data
 
 
@@ -113,7 +119,8 @@ def _loss(head: DraftHead, batch: list[tuple[Tensor, Tensor, Tensor]], plan: Dis
     previous = torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
     previous = previous + plan.noise * scale * torch.randn(previous.shape, generator=generator)
     guess = head.features(ids, previous)
-    regression = (F.smooth_l1_loss(guess, feats, reduction="none").mean(-1) * valid).sum()
+    # In units of the features' std, so that the two terms keep their weights' proportion.
+    regression = (F.smooth_l1_loss(guess / scale, feats / scale, reduction="none").mean(-1) * valid).sum()
     with torch.no_grad():
         p = torch.exp(feats @ weight.T - lse[..., None])  # the target's law on the draft vocabulary
     cross = -(p * torch.log_softmax(guess @ weight.T, dim=-1)).sum(-1)
@@ -185,7 +192,7 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     torch.manual_seed(plan.seed)
     with torch.no_grad():
         rows = _sample(target, tokenizer, plan, report)
-        data = _targets(target, rows, report)
+        data = _targets(target, rows, plan.batch, report)
     keep = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
     head = DraftHead(target, vocab=_vocabulary(rows, plan.vocab, target.vocab_size, keep))
     losses = _train(head, data, plan, report)

@@ -47,7 +47,8 @@ def fingerprint(target: HFModel) -> str:
 
 
 class DraftHead(nn.Module):
-    """FC [2D -> D] and one decoder layer shaped like the target's (initialised from its last).
+    """FC [2D -> D] and one decoder layer shaped like the target's (initialised from its last,
+    with its residual branches at zero, so that an untrained head predicts f_t = f_{t-1}).
 
     Args:
         target: the target (fast path) whose embeddings, rotary table and output head the
@@ -66,7 +67,7 @@ class DraftHead(nn.Module):
         layers: Any = target.module.get_submodule("model.layers")
         last = layers[-1]
         self.fc = nn.Linear(2 * width, width, bias=True, dtype=stack.embed.dtype)
-        with torch.no_grad():  # start as "the feature of the previous position"
+        with torch.no_grad():  # start from "the feature of the previous position"
             self.fc.weight.zero_()
             self.fc.bias.zero_()
             self.fc.weight[:, width:].copy_(torch.eye(width, dtype=stack.embed.dtype))
@@ -75,6 +76,10 @@ class DraftHead(nn.Module):
         modules = (last.self_attn.q_proj, last.self_attn.k_proj, last.self_attn.v_proj,
                    last.self_attn.o_proj, last.mlp.gate_proj, last.mlp.up_proj, last.mlp.down_proj)
         self.linears = nn.ModuleDict({n: _copy(m) for n, m in zip(_LINEARS, modules, strict=True)})
+        with torch.no_grad():  # the residual branches start at zero: the layer starts as identity
+            for name in ("o", "down"):
+                branch: Any = self.linears[name]
+                branch.weight.zero_()
         self.register_buffer("vocab", _vocab(vocab, target.vocab_size), persistent=True)
         self.target_stack = stack  # frozen, not a parameter
 

@@ -31,7 +31,7 @@ __all__ = ["CACHE_ENV", "DRAFTERS", "cache_root", "converted", "default_model_pa
            "load_target", "load_tokenizer"]
 
 DEFAULT = "smollm2"
-DRAFTERS = ("int8", "early-exit:N", "lookup", "head:FILE", "hybrid[:NAME]", "auto[:NAME]",
+DRAFTERS = ("int8", "early-exit:N", "lookup", "head[:FILE]", "hybrid[:NAME]", "auto[:NAME]",
             "NAME@THRESHOLD", "<model spec>")
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "SPECSAMPLE_MODEL_CACHE"  # where GGUF conversions are kept; "off" disables
@@ -183,8 +183,9 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) ->
 
     Args:
         name: "int8" (quantized self-draft), "early-exit:N" (first N layers),
-            "lookup" (prompt lookup), "head:FILE" (a feature-level draft head trained
-            for this target, see `head.load_head`), a model spec as for `load_target` (a separate
+            "lookup" (prompt lookup), "head" or "head:FILE" (a feature-level draft
+            head trained for this target: the shipped one, or a file; see
+            `head.load_head`), a model spec as for `load_target` (a separate
             draft model; its tokenizer must match the target's), "hybrid" or
             "hybrid:NAME" (prompt lookup where the context repeats, int8 or NAME
             elsewhere), "auto" or "auto:NAME" (the hybrid whose model drafts only
@@ -213,12 +214,13 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
         return ModelDrafter(int8_draft(target))
     if name == "lookup":
         return PromptLookupDrafter()
-    if name.startswith("head:"):
+    if name == "head" or name.startswith("head:"):
         from specsample.feature import HeadDrafter
 
-        from .head import HeadModel, load_head
+        from .head import SHIPPED, HeadModel, load_head
 
-        return HeadDrafter(HeadModel(load_head(name.removeprefix("head:"), target)))
+        path = name.removeprefix("head:") if name != "head" else SHIPPED
+        return HeadDrafter(HeadModel(load_head(path, target)))
     if name.startswith("early-exit:"):
         count = name.removeprefix("early-exit:")
         if not count.isdigit():

@@ -12,7 +12,7 @@ from specsample.cache import rollback
 from specsample.config import Config
 from specsample.params import SamplingParams
 from specsample.policy import KPolicy, k_policy
-from specsample.protocols import Drafter, Model
+from specsample.protocols import Drafter, FeatureDrafter, FeatureModel, Model
 from specsample.rng import uniforms
 from specsample.shard import agree
 
@@ -63,9 +63,20 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
         raise ValueError(f"prompt: expected at least 2 tokens to time a step, got {width}")
     lengths = prompt[:, 0] * 0 + width  # [1] int64, on the prompt's device
     cache = target.new_cache(1, width + 2)
-    _, cache = target.forward(prompt[:, :-1], cache)
+    if isinstance(drafter, FeatureDrafter) and isinstance(target, FeatureModel):
+        # A feature head starts from the target's features and takes one per round.
+        _, features, cache = target.forward_features(prompt[:, :-1], cache)
+        state = drafter.start_features(prompt, lengths, width + 2, features)
+
+        def advance(state: Any) -> Any:
+            return drafter.advance_features(state, lengths, features[:, -1:], lengths - 1)
+    else:
+        _, cache = target.forward(prompt[:, :-1], cache)
+        state = drafter.start(prompt, lengths, width + 2)
+
+        def advance(state: Any) -> Any:
+            return drafter.advance(state, lengths)
     cache = rollback(cache, lengths - 1)
-    state = drafter.start(prompt, lengths, width + 2)
     u = uniforms(0, 0, 1, 1, like=prompt)
 
     def target_step() -> None:
@@ -78,7 +89,7 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
         nonlocal state
         proposal = drafter.propose(state, prompt, lengths, 1, params, u)
         _sync(proposal.tokens)
-        state = drafter.advance(proposal.state, lengths)  # nothing committed: back to the prompt
+        state = advance(proposal.state)  # nothing committed: back to the prompt
 
     # Ranks time differently; a value that steers the run (K, the auto drafter's choice)
     # must be one value on every rank of a distributed run.

@@ -51,13 +51,15 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--out: needed for target {config.target!r} (the default place is the "
                              f"embedded SmolLM2's head)")
         out = SHIPPED
-    bars, stage = Bars("distill: "), [""]
+    bars, units = Bars("distill: "), {"sampling": "prompt", "target features": "row"}
+    stage: dict[str, int] = {}  # stage -> steps shown so far
 
     def progress(name: str, done: int, total: int) -> None:
-        if name != stage[0]:
-            stage[0] = name
-            bars.stage(name, total, "step")
-        bars.advance(1)
+        if name not in stage:
+            stage[name] = 0
+            bars.stage(name, total, units.get(name, "step"))
+        bars.advance(done - stage[name])
+        stage[name] = done
 
     card = distill(runner.target, runner.tokenizer, plan, out, progress=progress)
     bars.end()
