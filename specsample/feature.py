@@ -106,15 +106,15 @@ class DistillPlan:
     """
 
     prompts: int = 256
-    new_tokens: int = 96
+    new_tokens: int = 128
     temperature: float = 0.7
     batch: int = 16
     vocab: int = 8192
-    epochs: int = 6
-    lr: float = 1e-3
-    batch_rows: int = 8
+    epochs: int = 20
+    lr: float = 3e-3
+    batch_rows: int = 4
     feature_weight: float = 1.0
-    logit_weight: float = 0.1
+    logit_weight: float = 0.5
     noise: float = 0.05
     k: int = 4
     held_out_tokens: int = 64

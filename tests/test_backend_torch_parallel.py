@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from specsample_backends.torch import create, loading
+from specsample_backends.torch import HFModel, create, loading
 from specsample_backends.torch.parallel import check_divides, start
 
 import specsample
@@ -101,6 +101,25 @@ def test_the_replica_check_names_the_first_diverging_rank_and_round(sharded: dic
     # Negative control: rank r sampled with seed r, so ranks 1 and 2 commit other tokens.
     assert "replicas diverged in round 0: rank 1 committed other tokens than rank 0" in \
         sharded["diverged"]  # type: ignore[operator]
+
+
+def test_two_ranks_shard_a_model_whose_heads_split_in_two(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The 2-process case on a model tp = 2 divides: greedy and sampled generation on 8 rows
+    # equal one process's (the same float near-tie allowance: at most one row differs).
+    sys.path.insert(0, str(WORKER.parent))
+    from tp_worker import tiny_model, tiny_runs
+
+    out = tmp_path / "tiny.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "--master_port", str(_free_port()), str(WORKER), str(out), "--tiny"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    theirs = json.loads(out.read_text())
+    ours = tiny_runs(create({}), HFModel(tiny_model()))
+    for name in ("greedy", "sampled"):
+        differ = [r for r, (a, b) in enumerate(zip(ours[name], theirs[name], strict=True)) if a != b]
+        assert len(differ) <= 1, (name, differ)
 
 
 def test_a_size_that_does_not_divide_the_heads_is_refused_before_loading() -> None:

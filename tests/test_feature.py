@@ -198,3 +198,27 @@ def test_the_tree_sampler_refuses_a_head(target: HFModel) -> None:
     drafter = HeadDrafter(HeadModel(DraftHead(target)))
     with pytest.raises(TypeError, match="sample through the engine"):
         tree_samples(target, drafter, torch.tensor([PROMPT]), n=10, k=2, params=HOT, seed=0)
+
+
+@pytest.mark.slow
+def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain() -> None:
+    from specsample_backends.torch import loading
+    from specsample_backends.torch.head import SHIPPED
+
+    from specsample.runner import encode_text
+
+    assert SHIPPED.is_file() and SHIPPED.with_suffix(".json").is_file()
+    smol = loading.load_target("smollm2")
+    drafter = loading.load_drafter("head", smol)  # checks the card's fingerprint against smol
+    tokenizer = loading.load_tokenizer("smollm2")
+    for text in ("Write a haiku about the sea.", "What is 17 times 23?"):
+        ids = torch.tensor([encode_text(tokenizer, text)])
+        spec = generate(smol, drafter, ids, max_new_tokens=24, params=GREEDY, k=4)
+        plain = generate_plain(smol, ids, max_new_tokens=24, params=GREEDY)
+        a, b = spec.new_tokens(0), plain.new_tokens(0)
+        if a != b:  # allowed only at a float32 near-tie of the target's two best logits
+            at = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+            prefix = torch.cat([ids[0], torch.tensor(b[:at])])[None, :]
+            logits, _ = smol.forward(prefix, smol.new_cache(1, prefix.shape[1]))
+            assert abs(float(logits[0, -1, a[at]] - logits[0, -1, b[at]])) < 1e-3, (text, at)
+        assert spec.metrics.accepted > 0

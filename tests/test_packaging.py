@@ -108,3 +108,9 @@ def test_installed_backend_imports(installed: Path, tmp_path: Path, backend: str
     for file in result.stdout.split():
         assert file != "None", f"{module} is a bare namespace package (no __init__.py), not a backend"
         assert Path(file).resolve().is_relative_to(installed.resolve()), file
+
+
+def test_wheel_ships_the_draft_head_and_its_card(wheel: Path) -> None:
+    names = _names(wheel)
+    for suffix in (".safetensors", ".json"):
+        assert f"specsample_backends/torch/heads/smollm2-135m-instruct{suffix}" in names

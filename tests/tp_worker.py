@@ -1,13 +1,13 @@
 """One rank of a tensor-parallel run of SmolLM2, launched by `torchrun` from test_backend_torch_parallel.
 
-    torchrun --nproc_per_node N tests/tp_worker.py OUT.json
+    torchrun --nproc_per_node N tests/tp_worker.py OUT.json [--tiny]
 
 Every rank loads the target sharded N ways (`tp = N`, the per-round replica check on)
 and generates for the 8 batch prompts, greedy with the default drafter and sampled at
 T = 0.8 with an early-exit draft. It then counts the collectives of one target forward
 and of one speculative round with the profiler, and runs a negative control: rank 1
 samples with another seed, which the replica check must name. Rank 0 writes it all to
-OUT.json.
+OUT.json. With --tiny, a small random Llama that shards 2 ways runs instead (`tiny_runs`).
 """
 
 from __future__ import annotations
@@ -17,16 +17,20 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from specsample_backends.torch import HFModel
+from specsample_backends.torch import HFModel, create
 from torch.profiler import ProfilerActivity, profile
+from transformers import LlamaConfig, LlamaForCausalLM
 
 import specsample
 from specsample.bench.prompts import BATCH_PROMPTS
 from specsample.config import Config
+from specsample.drafters import ModelDrafter
 from specsample.lookup import PromptLookupDrafter
+from specsample.options import RunOptions
 from specsample.params import SamplingParams
 
 NEW_TOKENS = 16
@@ -87,6 +91,34 @@ def main(out: str) -> None:
     dist.destroy_process_group()
 
 
+def tiny_model() -> LlamaForCausalLM:
+    """A small random Llama with 4 query and 2 K/V heads (shards 2 ways), the same on every rank."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
+    return LlamaForCausalLM(config).eval()
+
+
+def tiny_runs(backend: Any, target: HFModel) -> dict[str, list[list[int]]]:
+    """Greedy (prompt lookup) and sampled (T = 0.8, a one-layer early-exit draft) generations."""
+    ids = torch.tensor([[(7 * r + 3 * i) % 96 for i in range(6)] for r in range(8)])
+    greedy = backend.generate(target, PromptLookupDrafter(), ids,
+                              RunOptions(max_new_tokens=16, params=SamplingParams(temperature=0.0)))
+    draft = ModelDrafter(target.derive(num_layers=1))
+    sampled = backend.generate(target, draft, ids, RunOptions(max_new_tokens=16, params=HOT, seed=7, k=3))
+    return {"greedy": greedy.sequences.tolist(), "sampled": sampled.sequences.tolist()}
+
+
+def tiny(out: str) -> None:
+    backend = create({"tp": int(os.environ["WORLD_SIZE"]), "check_replicas": True, "timeout_s": 120})
+    runs = tiny_runs(backend, HFModel(tiny_model(), parallel=backend.parallel))
+    if dist.get_rank() == 0:
+        with open(out, "w", encoding="utf-8") as handle:
+            json.dump(runs, handle)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    main(sys.argv[1])
+    (tiny if "--tiny" in sys.argv else main)(sys.argv[1])

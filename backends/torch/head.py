@@ -226,6 +226,7 @@ def save_head(head: DraftHead, path: str | Path, card: dict[str, Any]) -> Path:
     from safetensors.torch import save_file
 
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     weights = {k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}
     save_file(weights, str(path))
     card = {**card, "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}

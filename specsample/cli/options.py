@@ -54,8 +54,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft", default=None,
                        help=f"drafter: {DEFAULT_DRAFT!r} (default on torch: lookup where the context "
                             f"repeats, int8 where Thm 3.8 predicts a speedup, else plain steps), "
-                            f"'int8', 'early-exit:N', 'lookup', 'hybrid[:NAME]', NAME@THRESHOLD or a "
-                            f"model spec; on the reference backend 'noisy:E', 'lookup' or 'ngram:...'")
+                            f"'int8', 'early-exit:N', 'lookup', 'head[:FILE]' (a trained draft head), "
+                            f"'hybrid[:NAME]', NAME@THRESHOLD or a model spec; on the reference "
+                            f"backend 'noisy:E', 'lookup' or 'ngram:...'")
     group.add_argument("--k", type=k_value, default=None, help="drafts per round, or 'adaptive'")
     group.add_argument("--temperature", type=float, default=None, help="0 means greedy")
     group.add_argument("--top-k", type=int, default=None)
