@@ -222,3 +222,17 @@ def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain() -> 
             logits, _ = smol.forward(prefix, smol.new_cache(1, prefix.shape[1]))
             assert abs(float(logits[0, -1, a[at]] - logits[0, -1, b[at]])) < 1e-3, (text, at)
         assert spec.metrics.accepted > 0
+
+
+def test_the_fingerprint_ignores_where_the_target_was_loaded_from(target: HFModel) -> None:
+    # The shipped card must match on any machine: the config's path, its transformers
+    # version and the GGUF bookkeeping are not the target; a weight is.
+    import copy
+
+    other = HFModel(copy.deepcopy(target.module))
+    other.module.config._name_or_path = "/elsewhere/model"
+    other.module.config.architectures = None
+    assert fingerprint(other) == fingerprint(target)
+    with torch.no_grad():
+        other.module.model.norm.weight[0] += 1e-6
+    assert fingerprint(other) != fingerprint(target)

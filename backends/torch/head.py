@@ -34,12 +34,19 @@ __all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "load_head", "sav
 SHIPPED = Path(__file__).with_name("heads") / "smollm2-135m-instruct.safetensors"
 
 _LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
+_BOOKKEEPING = ("transformers_version", "architectures", "quantization_config")
 
 
 def fingerprint(target: HFModel) -> str:
-    """A digest of the target's config and every weight: a head is trained for exactly one."""
-    h = hashlib.sha256(json.dumps(hf_config(target.module).to_dict(), sort_keys=True,
-                                  default=str).encode())
+    """A digest of the target's config and every weight: a head is trained for exactly one.
+
+    The config's bookkeeping (where and how it was loaded, the transformers version) is
+    left out: the same weights loaded from a GGUF file or from its converted folder are
+    the same target.
+    """
+    config = {k: v for k, v in hf_config(target.module).to_dict().items()
+              if not k.startswith("_") and k not in _BOOKKEEPING}
+    h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     for name, tensor in sorted(target.module.state_dict().items()):
         h.update(name.encode())
         h.update(tensor.detach().to(torch.float32).contiguous().cpu().numpy().tobytes())
