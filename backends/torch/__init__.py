@@ -118,17 +118,15 @@ def create(options: Mapping[str, object]) -> TorchBackend:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout_s: expected a number of seconds > 0, got {timeout!r}")
     group = options.get("process_group")
+    device, dtype = _device(options.get("device", "cpu")), dtype_option(options.get("dtype", "float32"))
     if tp == 1:
         if group is not None or check:
             raise ValueError(f"process_group, check_replicas: apply to tp > 1 only, got tp = 1 with "
                              f"process_group = {group!r}, check_replicas = {check!r}")
-        return TorchBackend(device=_device(options.get("device", "cpu")),
-                            dtype=dtype_option(options.get("dtype", "float32")))
-    device = _device(options.get("device", "cpu"))
+        return TorchBackend(device=device, dtype=dtype)
     if device.type != "cpu" and device.index is None:
         device = torch.device(device.type, int(os.environ.get("LOCAL_RANK", "0")))
         torch.get_device_module(device.type).set_device(device)
     parallel = start(tp, device, process_group=None if group is None else str(group),
                      timeout_s=float(timeout))
-    return TorchBackend(device=device, dtype=dtype_option(options.get("dtype", "float32")),
-                        parallel=parallel, check_replicas=check)
+    return TorchBackend(device=device, dtype=dtype, parallel=parallel, check_replicas=check)

@@ -20,7 +20,7 @@ from ._fast import (
     hf_config,
     is_supported,
 )
-from ._forward import llama_features, llama_forward
+from ._forward import llama_features
 from .parallel import TensorParallel
 
 __all__ = ["HFModel"]
@@ -191,17 +191,14 @@ class HFModel:
             # not the whole capacity: the cost follows the length, not the reservation.
             span = high + width if self.stack is not None else cache.capacity
             mask = attention_mask(self._slots[:span], positions, window)  # [B, 1, T, span]
-            hidden = None
             if self.stack is None:
                 logits, hidden = self._generic(tokens, positions, mask, cache.buffers, features)
-            elif features:
+            else:
                 hidden = llama_features(self.stack, tokens, positions, mask, cache.buffers)
                 logits = self.stack.head(hidden)
-            else:
-                logits = llama_forward(self.stack, tokens, positions, mask, cache.buffers)
             logits = self._resize(logits if logits.dtype == torch.float64 else logits.float())
             lengths = cache.lengths + width
-        return logits, hidden, consume(cache, lengths=lengths, buffers=cache.buffers)
+        return logits, hidden if features else None, consume(cache, lengths=lengths, buffers=cache.buffers)
 
     def _generic(self, tokens: Tensor, positions: Tensor, mask: Tensor, buffers: Buffers,
                  features: bool) -> tuple[Tensor, Tensor | None]:
