@@ -25,6 +25,7 @@ from specsample.sample import sample
 from specsample.verifiers import get_verifier
 from specsample.verify import Verdict, verify
 from specsample.verify_block import verify_block
+from specsample.verify_tree import TreeVerdict, verify_tree
 from specsample.warp import warp
 
 __version__ = "0.1.0"
@@ -50,6 +51,7 @@ __all__ = [
     "SamplingParams",
     "State",
     "Tokenizer",
+    "TreeVerdict",
     "Verdict",
     "available",
     "commit",
@@ -68,5 +70,6 @@ __all__ = [
     "uniforms",
     "verify",
     "verify_block",
+    "verify_tree",
     "warp",
 ]

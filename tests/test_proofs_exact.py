@@ -106,3 +106,39 @@ def test_a_confidence_threshold_is_exact(case, rule):
                          ids=["drops-the-low-draft", "peeks-at-the-target"])
 def test_thresholds_that_drop_or_peek_fail_the_exact_check(rule):
     assert not checker.check(3, 2, 2, 3, False, verifier=checker.stopping(rule))
+
+
+# --- tree verification: the implementation's verify_tree, exactly ------------------------------
+
+_TREE_PATH = _PATH.with_name("tree.py")
+_tree_spec = importlib.util.spec_from_file_location("proofs_exact_tree", _TREE_PATH)
+assert _tree_spec is not None and _tree_spec.loader is not None
+tree_checker = importlib.util.module_from_spec(_tree_spec)
+_tree_spec.loader.exec_module(tree_checker)
+
+
+@pytest.mark.parametrize("case", tree_checker.CASES, ids=str)
+def test_verify_tree_emits_the_target_law_exactly(case):
+    # Trees of depth <= 3 and branching <= 2 over V <= 4, composed over at least two rounds:
+    # stochastic siblings drawn i.i.d. from q, and deterministic top-ranked candidates.
+    assert tree_checker.check(*case)
+
+
+@pytest.mark.parametrize("name", sorted(broken.TREE_VERIFIERS))
+def test_broken_tree_rules_fail_the_exact_check(name):
+    stochastic = [case for case in tree_checker.CASES if not case[4]]
+    assert all(not tree_checker.check(*case, verifier=broken.TREE_VERIFIERS[name])
+               for case in stochastic)
+
+
+def test_a_residual_that_keeps_rejected_mass_also_fails_for_deterministic_candidates():
+    deterministic = [case for case in tree_checker.CASES if case[4]]
+    assert not any(tree_checker.check(*case, verifier=broken.tree_without_residual) for case in deterministic)
+
+
+def test_one_hot_rule_on_sampled_trees_is_exact():
+    # As for chains: candidates independent of the uniforms may be treated as deterministic
+    # (draft_probs=None); only mixing q = 1 into the ratio while subtracting q breaks the law.
+    for case in tree_checker.CASES:
+        if not case[4]:
+            assert tree_checker.check(*case, one_hot=True), case

@@ -1,7 +1,7 @@
 (* Every main theorem must print "Closed under the global context": its
    proof depends on nothing but the definitions of Coq and MathComp. *)
 
-From SpecSample Require Import OneToken SeqSum Block AcceptLength BlockVerify.
+From SpecSample Require Import OneToken SeqSum Block AcceptLength BlockVerify Tree.
 
 (* One-token lemma *)
 Print Assumptions one_token.
@@ -48,3 +48,8 @@ Print Assumptions F_complete.
 Print Assumptions sum_none.
 Print Assumptions hB_range.
 Print Assumptions first_accepted.
+
+(* Tree verification: one level of recursive rejection sampling *)
+Print Assumptions rrs_level.
+Print Assumptions rrs_iid.
+Print Assumptions rrs_candidates.

@@ -24,12 +24,15 @@ from specsample.verify_block import (
     draft_laws,
     last_passed,
 )
+from specsample.verify_tree import TreeVerdict, check_parents, tree_depth, tree_walk
 from specsample.warp import warp
 
-__all__ = ["DRAFTERS", "LOOKAHEAD", "VERIFIERS", "DroppingDrafter", "MisreportingDrafter", "accept_if_le",
+__all__ = ["DRAFTERS", "LOOKAHEAD", "TREE_VERIFIERS", "VERIFIERS", "DroppingDrafter", "MisreportingDrafter",
+           "accept_if_le",
            "always_accept", "argmax_draft_softmax_q", "block_q_one", "block_without_correction",
            "bonus_from_wrong_position", "lenient", "never_accept", "p_shifted", "raw_logits_q",
-           "resample_from_p", "temperature_in_verify_only", "with_draft_lengths"]
+           "resample_from_p", "temperature_in_verify_only", "tree_q_one", "tree_without_residual",
+           "with_draft_lengths"]
 
 
 def resample_from_p(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,
@@ -137,6 +140,39 @@ def block_q_one(draft_tokens: Array, draft_probs: Array | None, target_probs: Ar
     tau = block_accepted(weights, q, target_probs, uniforms[:, :k], lengths)
     final = block_final_token(weights, q, target_probs, tau, lengths, uniforms[:, k])
     return assemble(draft_tokens, tau, final)
+
+
+def _tree(broken_law: Callable[[Array, Array], tuple[Array, Array]]) -> Callable[..., TreeVerdict]:
+    """`verify_tree`'s walk with node laws (test, residual) = broken_law(q, one-hot at x)."""
+    def verifier(draft_tokens: Array, parents: Array, draft_probs: Array | None, target_probs: Array,
+                 uniforms: Array, *, depth: int | None = None, tree_sizes: Array | None = None,
+                 check: bool = True) -> TreeVerdict:
+        xp = namespace(target_probs)
+        batch, nodes = (int(d) for d in draft_tokens.shape)
+        tokens = xp.astype(draft_tokens, xp.int64)
+        ids = xp.arange(int(target_probs.shape[-1]), dtype=xp.int64)[None, :]
+
+        def laws(i: int) -> tuple[Array, Array]:
+            one_hot = xp.astype(ids == tokens[:, i:i + 1], target_probs.dtype)
+            q = one_hot if draft_probs is None else xp.astype(draft_probs[:, i, :], target_probs.dtype)
+            return broken_law(q, one_hot)
+
+        full = check_parents(parents, batch, nodes)
+        return tree_walk(tokens, full, laws, target_probs, uniforms,
+                         depth=tree_depth(parents) if depth is None else depth, tree_sizes=tree_sizes)
+
+    return verifier
+
+
+# Recursive rejection sampling that re-normalises the residual without removing a rejected
+# sibling's mass: the next sibling is tested against the same law again.
+tree_without_residual = _tree(lambda q, one_hot: (q, 0 * q))
+# The acceptance ratio reads q(x) = 1, as for a deterministic candidate, while rejections
+# remove the law the sibling was sampled from.
+tree_q_one = _tree(lambda q, one_hot: (one_hot, q))
+
+TREE_VERIFIERS: dict[str, Callable[..., TreeVerdict]] = {
+    "tree-without-residual": tree_without_residual, "tree-q-one": tree_q_one}
 
 
 def with_draft_lengths(rule: Callable[..., Verdict]) -> Callable[..., Verdict]:
