@@ -32,24 +32,26 @@ def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Te
 
 
 def llama_features(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Tensor,
-                   buffers: tuple[tuple[Tensor, Tensor], ...]) -> Tensor:
+                   buffers: tuple[tuple[Tensor, Tensor], ...], slots: Tensor | None = None) -> Tensor:
     """The features [B, T, D] the output head reads (the final norm's output); see
-    `llama_forward` for the arguments."""
+    `llama_forward` and `llama_layers` for the arguments."""
     x = embed(tokens, stack.embed, stack.embed_scale)  # [B, T, D]
-    x = llama_layers(stack, x, positions, mask, buffers)
+    x = llama_layers(stack, x, positions, mask, buffers, slots)
     return rms_norm(x, stack.norm, stack.eps, stack.norm_offset)
 
 
 def llama_layers(stack: LlamaStack, x: Tensor, positions: Tensor, mask: Tensor,
-                 buffers: tuple[tuple[Tensor, Tensor], ...]) -> Tensor:
+                 buffers: tuple[tuple[Tensor, Tensor], ...], slots: Tensor | None = None) -> Tensor:
     """The stack's decoder layers over inputs x [B, T, D] (no embedding, no final norm); see
-    `llama_forward` for the other arguments."""
+    `llama_forward` for the other arguments. `slots` [B, T]: the buffer slots K/V are
+    written at, when they are not the positions (a draft tree: positions are depths,
+    slots are consecutive)."""
     batch, width = x.shape[0], x.shape[1]
     heads, kv_heads, hd = stack.heads, stack.kv_heads, stack.head_dim
     rep = heads // kv_heads
     cos, sin = stack.rotary(x, positions)  # [B, T, hd]
     cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, hd]
-    index = positions[:, None, :, None].expand(batch, kv_heads, width, hd)
+    index = (positions if slots is None else slots)[:, None, :, None].expand(batch, kv_heads, width, hd)
     # Grouped-query attention without repeating K/V: the rep query heads that
     # share a K/V head become rep*T query rows of that head.
     group_mask = mask[:, :, None].expand(batch, 1, rep, width, mask.shape[-1]).reshape(

@@ -179,31 +179,81 @@ class HFModel:
         assert features is not None
         return logits, features, cache
 
-    def _run(self, tokens: Tensor, cache: Cache, *, features: bool
+    def forward_tree(self, tokens: Tensor, parents: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
+        """Logits [B, T, V] for a tree of tokens [B, T] in one pass (a draft tree's verify).
+
+        Token t's parent is parents[b, t] (-1: the committed context; always < t). Its
+        position is the cache length plus its number of ancestors, and it attends the
+        committed context, its ancestors and itself only.
+        K/V are written at consecutive slots lengths + t, and the returned cache's lengths
+        are advanced by T; `commit_path` then moves an accepted path's entries into place.
+        """
+        self._check(tokens, cache)
+        if not isinstance(parents, Tensor) or parents.shape != tokens.shape or \
+                parents.dtype != torch.int64:
+            raise TypeError(f"parents: expected an int64 tensor shaped like tokens "
+                            f"{list(tokens.shape)}, got {type(parents).__name__} "
+                            f"{getattr(parents, 'dtype', '')} {list(getattr(parents, 'shape', []))}")
+        index = self._slots[:tokens.shape[1]][None, :]
+        if bool(((parents < -1) | (parents >= index)).any()):
+            raise ValueError("parents: expected -1 or an earlier token's index for every token")
+        if self.stack is not None and self.stack.window is not None:
+            raise ValueError(f"tokens: a tree verify needs full attention, got a sliding window "
+                             f"of {self.stack.window}")
+        logits, _, cache = self._run(tokens, cache, features=False, parents=parents)
+        return logits, cache
+
+    def commit_path(self, cache: Cache, first: Tensor, path: Tensor) -> Cache:
+        """Move the K/V of an accepted tree path into place: the entries at slots
+        first + path[b, j] go to first + j, for each j with path[b, j] >= 0.
+
+        Args:
+            cache: the cache `forward_tree` returned (consumed).
+            first: int64 [B], the slot of the tree's first node (the length before it).
+            path: int64 [B, D], node indices along the accepted path (increasing), then -1.
+        """
+        check_live(cache)
+        with torch.inference_mode():
+            dst = first[:, None] + self._slots[:path.shape[1]][None, :]  # [B, D]
+            src = torch.where(path >= 0, first[:, None] + path, dst).clamp(max=cache.capacity - 1)
+            dst = dst.clamp(max=cache.capacity - 1)
+            for keys, values in cache.buffers:
+                for buffer in (keys, values):
+                    at = src[:, None, :, None].expand(-1, buffer.shape[1], -1, buffer.shape[3])
+                    moved = buffer.gather(2, at)  # read every source before writing
+                    buffer.scatter_(2, dst[:, None, :, None].expand_as(at), moved)
+        return consume(cache, lengths=cache.lengths, buffers=cache.buffers)
+
+    def _run(self, tokens: Tensor, cache: Cache, *, features: bool, parents: Tensor | None = None
              ) -> tuple[Tensor, Tensor | None, Cache]:
         high = self._check(tokens, cache)
         check_live(cache)
         width = tokens.shape[1]
         with torch.inference_mode():
-            positions = cache.lengths[:, None] + self._slots[:width]  # [B, T]
+            slots = cache.lengths[:, None] + self._slots[:width]  # [B, T]
             window = None if self.stack is None else self.stack.window
             # The fast path attends the slots in use only (up to the longest row's end),
             # not the whole capacity: the cost follows the length, not the reservation.
             span = high + width if self.stack is not None else cache.capacity
-            mask = attention_mask(self._slots[:span], positions, window)  # [B, 1, T, span]
-            if self.stack is None:
-                logits, hidden = self._generic(tokens, positions, mask, cache.buffers, features)
+            if parents is None:
+                positions = slots
+                mask = attention_mask(self._slots[:span], positions, window)  # [B, 1, T, span]
             else:
-                hidden = llama_features(self.stack, tokens, positions, mask, cache.buffers)
+                positions, mask = _tree_mask(cache.lengths, parents, self._slots[:span])
+            if self.stack is None:
+                logits, hidden = self._generic(tokens, positions, mask, cache.buffers, features, slots)
+            else:
+                hidden = llama_features(self.stack, tokens, positions, mask, cache.buffers,
+                                        None if parents is None else slots)
                 logits = self.stack.head(hidden)
             logits = self._resize(logits if logits.dtype == torch.float64 else logits.float())
             lengths = cache.lengths + width
         return logits, hidden if features else None, consume(cache, lengths=lengths, buffers=cache.buffers)
 
     def _generic(self, tokens: Tensor, positions: Tensor, mask: Tensor, buffers: Buffers,
-                 features: bool) -> tuple[Tensor, Tensor | None]:
+                 features: bool, slots: Tensor) -> tuple[Tensor, Tensor | None]:
         batch, width = tokens.shape
-        index = positions[:, None, :, None].expand(batch, self.kv_heads, width, self.head_dim)
+        index = slots[:, None, :, None].expand(batch, self.kv_heads, width, self.head_dim)
         # Additive, so that eager attention (mask added to the scores) and SDPA agree.
         bias = torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(
             ~mask, torch.finfo(self.dtype).min)
@@ -221,3 +271,23 @@ class HFModel:
             return logits[..., : self.vocab]
         pad = logits.new_full((*logits.shape[:-1], self.vocab - logits.shape[-1]), float("-inf"))
         return torch.cat([logits, pad], dim=-1)
+
+
+def _tree_mask(lengths: Tensor, parents: Tensor, slots: Tensor) -> tuple[Tensor, Tensor]:
+    """Positions [B, T] (length + depth - 1) and the mask [B, 1, T, S] of a token tree whose
+    token t sits at slot length + t: the committed slots, then t's ancestors and t."""
+    batch, width = parents.shape
+    eye = torch.eye(width, dtype=torch.bool, device=parents.device).expand(batch, width, width)
+    seen = eye.clone()  # seen[b, t, j]: j is t or an ancestor of t
+    depth = torch.zeros_like(parents)
+    for t in range(width):
+        parent = parents[:, t]
+        has = parent >= 0
+        above = seen.gather(1, parent.clamp(min=0)[:, None, None].expand(batch, 1, width))[:, 0]
+        seen[:, t] |= above & has[:, None]
+        depth[:, t] = torch.where(has, depth.gather(1, parent.clamp(min=0)[:, None])[:, 0] + 1, 0)
+    offset = slots[None, :] - lengths[:, None]  # [B, S]: the tree index of each slot
+    inside = (offset >= 0) & (offset < width)
+    tree = seen.gather(2, offset.clamp(0, width - 1)[:, None, :].expand(batch, width, -1))
+    mask = (offset < 0)[:, None, :] | (inside[:, None, :] & tree)
+    return lengths[:, None] + depth, mask[:, None]

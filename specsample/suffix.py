@@ -1,0 +1,149 @@
+"""A suffix-tree drafter: a tree of candidate continuations from the context itself.
+
+Prompt lookup copies what followed the latest earlier occurrence of the context's last
+n-gram; the context often holds several occurrences, followed by different text. This
+drafter gathers the continuations after *every* occurrence of the longest matching
+suffix (n = ngram_max down to ngram_min; the latest `max_matches` of them), merges them
+into a trie, and keeps the `nodes` most likely nodes, where a node's estimated
+probability is the product, along its path, of the fraction of the matches through its
+parent that continue with it (as SuffixDecoding, arXiv 2411.04975, scores its trees).
+Nodes come best first, so a parent always precedes its children and siblings are tried
+most frequent first.
+
+A continuation that runs into the end of the context is extended by assuming the text
+repeats with the match's period, as `PromptLookupDrafter` does. The candidates are
+deterministic (verified with one-hot q, without replacement) and read only committed
+tokens: any tree is lossless, a good one is merely accepted more often.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from typing import Any
+
+import numpy as np
+
+from specsample._array import Array, check_int, check_shape, device, host_ints, namespace
+
+__all__ = ["SuffixTreeDrafter", "TreeProposal"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TreeProposal:
+    """A draft tree per row (static shapes: N nodes per row, the first `sizes[b]` used).
+
+    Attributes:
+        tokens: int64 [B, N], node i's token.
+        parents: int64 [B, N], node i's parent (-1: the last committed token), < i.
+        sizes: int64 [B] in [0, N].
+        probs: [B, N, V], the law each node was drawn from, or None (deterministic).
+    """
+
+    tokens: Array
+    parents: Array
+    sizes: Array
+    probs: Array | None = None
+
+
+class SuffixTreeDrafter:
+    """Trees of continuations after every earlier occurrence of the context's suffix.
+
+    Args:
+        ngram_max: the longest suffix tried, >= ngram_min.
+        ngram_min: the shortest suffix tried, >= 1.
+        max_matches: the most recent occurrences used, >= 1.
+    """
+
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1, max_matches: int = 64) -> None:
+        check_int("ngram_max", ngram_max, 1)
+        check_int("ngram_min", ngram_min, 1)
+        check_int("max_matches", max_matches, 1)
+        if ngram_min > ngram_max:
+            raise ValueError(f"ngram_min: expected <= ngram_max = {ngram_max}, got {ngram_min}")
+        self.ngram_max, self.ngram_min, self.max_matches = ngram_max, ngram_min, max_matches
+
+    def start(self, tokens: Array, lengths: Array, capacity: int) -> None:
+        """No state: every tree is built from the committed tokens."""
+        return None
+
+    def advance(self, state: Any, lengths: Array) -> None:
+        """No state to move."""
+        return None
+
+    def propose_tree(self, tokens: Array, lengths: Array, nodes: int, depth: int) -> TreeProposal:
+        """A tree of at most `nodes` nodes and `depth` levels per row.
+
+        Args:
+            tokens: int [B, C] committed ids, row b valid on [0, lengths[b]).
+            lengths: int [B], each >= 1.
+            nodes: N, nodes per row (static), >= 1.
+            depth: the deepest level, >= 1.
+
+        Returns:
+            A TreeProposal (probs None); a row without any match has size 0.
+        """
+        xp = namespace(tokens, lengths)
+        check_shape("tokens", tokens, (None, None))
+        check_shape("lengths", lengths, (int(tokens.shape[0]),))
+        check_int("nodes", nodes, 1)
+        check_int("depth", depth, 1)
+        rows = np.asarray(host_ints(xp.reshape(xp.astype(tokens, xp.int64), (-1,)))).reshape(tokens.shape)
+        out_tokens = np.zeros((rows.shape[0], nodes), dtype=np.int64)
+        out_parents = np.full((rows.shape[0], nodes), -1, dtype=np.int64)
+        sizes = np.zeros(rows.shape[0], dtype=np.int64)
+        for b, length in enumerate(host_ints(lengths)):
+            if not 1 <= length <= rows.shape[1]:
+                raise ValueError(f"lengths: expected values in [1, {rows.shape[1]}], got {length}")
+            chosen = self._tree(rows[b, :length], nodes, depth)
+            sizes[b] = len(chosen)
+            for i, (token, parent) in enumerate(chosen):
+                out_tokens[b, i], out_parents[b, i] = token, parent
+        where = device(tokens)
+        return TreeProposal(tokens=xp.asarray(out_tokens, device=where),
+                            parents=xp.asarray(out_parents, device=where),
+                            sizes=xp.asarray(sizes, device=where))
+
+    def _matches(self, context: np.ndarray) -> list[int]:
+        """Ends e <= L-2 of the earlier occurrences of the longest matching suffix, latest first."""
+        length = len(context)
+        for n in range(min(self.ngram_max, length - 1), self.ngram_min - 1, -1):
+            suffix = context[length - n:]
+            ends = np.arange(n - 1, length - 1)
+            hit = np.ones(len(ends), dtype=bool)
+            for j in range(n):
+                hit &= context[ends - j] == suffix[n - 1 - j]
+            found = ends[hit][::-1][:self.max_matches]
+            if len(found):
+                return [int(e) for e in found]
+        return []
+
+    def _tree(self, context: np.ndarray, nodes: int, depth: int) -> list[tuple[int, int]]:
+        """(token, parent index) of the chosen nodes, best first."""
+        ends = self._matches(context)
+        if not ends:
+            return []
+        length = len(context)
+        trie: dict[tuple[int, ...], int] = {}  # path of tokens -> matches through it
+        for end in ends:
+            period = length - 1 - end
+            path: tuple[int, ...] = ()
+            for step in range(depth):
+                path = (*path, int(context[end + 1 + step % period]))
+                trie[path] = trie.get(path, 0) + 1
+        children: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        for path in trie:
+            children.setdefault(path[:-1], []).append(path)
+        # Best first by estimated probability; ties: more matches, then the latest match's
+        # order of insertion (dicts keep it), so the result is deterministic.
+        order = {path: i for i, path in enumerate(trie)}
+        frontier = [(-trie[c] / len(ends), order[c], c, -1) for c in children.get((), [])]
+        heapq.heapify(frontier)
+        chosen: list[tuple[int, int]] = []
+        while frontier and len(chosen) < nodes:
+            score, _, path, parent = heapq.heappop(frontier)
+            index = len(chosen)
+            chosen.append((path[-1], parent))
+            for child in children.get(path, []):
+                heapq.heappush(frontier, (score * trie[child] / trie[path], order[child], child, index))
+        return chosen

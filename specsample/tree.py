@@ -1,0 +1,160 @@
+"""Speculative rounds with a draft tree: one target forward scores every node.
+
+A round takes a `TreeProposal` (N nodes per row), feeds the last committed token and
+the nodes to the target in one pass with a tree mask (`TreeModel.forward_tree`),
+verifies with `verify_tree`, commits the accepted path and the final token, and moves
+the path's K/V into place (`TreeModel.commit_path`); the rejected branches are dropped
+by rolling the cache back by length. Rounds compose as chain rounds do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from specsample._array import Array, check_int, device, host_ints, namespace
+from specsample.cache import Cache, check_live, rollback
+from specsample.generate import Generation, prepare_prompt
+from specsample.metrics import Metrics, tally
+from specsample.params import SamplingParams
+from specsample.protocols import Model
+from specsample.rng import Seed, round_uniforms
+from specsample.round import RoundResult, State, _emitted, _window, _write, start
+from specsample.sample import sample
+from specsample.suffix import TreeProposal
+from specsample.verify import Verdict
+from specsample.verify_tree import TreeVerdict, verify_tree
+from specsample.warp import warp
+
+__all__ = ["TreeDrafter", "TreeModel", "generate_tree", "tree_round_step"]
+
+
+@runtime_checkable
+class TreeModel(Model, Protocol):
+    """A Model that can score a token tree in one pass and commit a path of it."""
+
+    def forward_tree(self, tokens: Array, parents: Array, cache: Cache) -> tuple[Array, Cache]:
+        """Logits [B, T, V] of tokens [B, T] with parents [B, T] (-1: the context)."""
+
+    def commit_path(self, cache: Cache, first: Array, path: Array) -> Cache:
+        """Move the entries at slots first + path[b, j] to first + j."""
+
+
+@runtime_checkable
+class TreeDrafter(Protocol):
+    """Proposes a draft tree per row from the committed tokens."""
+
+    def start(self, tokens: Array, lengths: Array, capacity: int) -> Any:
+        """The initial state after the prompt."""
+
+    def advance(self, state: Any, lengths: Array) -> Any:
+        """The state after a round committed up to `lengths`."""
+
+    def propose_tree(self, tokens: Array, lengths: Array, nodes: int, depth: int) -> TreeProposal:
+        """A tree of at most `nodes` nodes and `depth` levels per row."""
+
+
+def tree_round_step(state: State, target: TreeModel, drafter: TreeDrafter, *, nodes: int, depth: int,
+                    params: SamplingParams, uniforms: Array, eos: int | None = None,
+                    check: bool = True, verifier: Callable[..., TreeVerdict] = verify_tree
+                    ) -> tuple[State, RoundResult]:
+    """Draft a tree, score it with one target forward, verify, commit.
+
+    Args:
+        nodes: N, nodes per tree (the drafter may use fewer per row).
+        depth: the deepest level, >= 1.
+        uniforms: [B, N+1] in [0, 1): one test per node, then the final token.
+        eos: a token id that ends a row, or None.
+        check: validate the verify inputs.
+        verifier: the acceptance rule, `verify_tree` unless studying another one (the
+            statistical tests swap in broken rules to show they are caught).
+
+    Returns:
+        The new state and the round's result (`drafted`: each row's tree size).
+    """
+    check_int("nodes", nodes, 1)
+    check_int("depth", depth, 1)
+    check_live(state.target_cache, "state.target_cache")
+    xp = namespace(state.tokens)
+    tree = drafter.propose_tree(state.tokens, state.lengths, nodes, depth)
+    # Only the columns some row uses are scored (the rest would be masked anyway).
+    width = max([*host_ints(xp.where(state.done, 0, tree.sizes)), 0])
+    last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
+    tokens = xp.concat([last, tree.tokens[:, :width]], axis=1)
+    parents = xp.concat([xp.full_like(last, -1), tree.parents[:, :width] + 1], axis=1)
+    logits, cache = target.forward_tree(tokens, parents, state.target_cache)
+    target_probs = warp(logits, params, check=check)  # [B, 1 + width, V]
+    if width == 0:  # no row has a tree: a plain step
+        final = sample(target_probs[:, 0, :], uniforms[:, nodes], check=check)
+        verdict = Verdict(tokens=final[:, None], num_accepted=xp.zeros_like(state.lengths))
+        path = xp.zeros((int(state.lengths.shape[0]), 0), dtype=xp.int64, device=device(final))
+    else:
+        u = xp.concat([uniforms[:, :width], uniforms[:, nodes:]], axis=1)
+        tree_verdict = verifier(tree.tokens[:, :width], tree.parents[:, :width],
+                                   None if tree.probs is None else tree.probs[:, :width],
+                                   target_probs, u, depth=depth, check=check,
+                                   tree_sizes=xp.minimum(tree.sizes, width))
+        verdict = Verdict(tokens=tree_verdict.tokens, num_accepted=tree_verdict.num_accepted)
+        path = tree_verdict.path
+    cache = target.commit_path(cache, state.lengths, path)
+    emitted = _emitted(xp, verdict, state, eos)
+    committed = _write(xp, state.tokens, state.lengths, verdict.tokens, emitted)
+    lengths = state.lengths + emitted
+    done = state.done | (lengths >= state.stop_lengths)
+    if eos is not None:
+        done = done | xp.any((committed == eos) & _window(xp, committed, state.lengths, emitted), axis=1)
+    new = State(tokens=committed, lengths=lengths, stop_lengths=state.stop_lengths,
+                target_cache=rollback(cache, lengths - 1),
+                draft_state=drafter.advance(state.draft_state, lengths), done=done)
+    return new, RoundResult(verdict=verdict, emitted=emitted, active=~state.done,
+                            drafted=xp.where(state.done, 0, xp.minimum(tree.sizes, width)))
+
+
+def generate_tree(target: TreeModel, drafter: TreeDrafter, input_ids: Array, *, max_new_tokens: int,
+                  params: SamplingParams | None = None, nodes: int = 8, depth: int = 4, seed: Seed = 0,
+                  eos_token_id: int | None = None, prompt_lengths: Array | None = None,
+                  check: bool = True, pad_id: int = 0,
+                  verifier: Callable[..., TreeVerdict] = verify_tree) -> Generation:
+    """Speculative sampling with draft trees, to completion.
+
+    Args:
+        target: a TreeModel (p).
+        drafter: a TreeDrafter.
+        input_ids: int [B, T] prompts, right-padded; `prompt_lengths` [B] says where each ends.
+        max_new_tokens: tokens to generate per row, >= 1.
+        nodes, depth: the tree budget per round.
+        seed: the uniforms' seed (round r uses the verification columns of `round_uniforms`).
+        verifier: as in `tree_round_step`.
+
+    Returns:
+        A Generation; its metrics count nodes as drafts (tokens per target forward =
+        emitted / row_rounds).
+    """
+    for name, value in (("target", target), ("drafter", drafter)):
+        wanted = TreeModel if name == "target" else TreeDrafter
+        if not isinstance(value, wanted):
+            raise TypeError(f"{name}: expected a {wanted.__name__}, got {type(value).__name__}")
+    check_int("max_new_tokens", max_new_tokens, 1)
+    check_int("nodes", nodes, 1)
+    check_int("depth", depth, 1)
+    params = params or SamplingParams()
+    prompt, lengths = prepare_prompt(input_ids, prompt_lengths, target.vocab_size)
+    xp = namespace(prompt)
+    batch = int(prompt.shape[0])
+    capacity = int(xp.max(lengths)) + max_new_tokens + nodes + 1
+    state = start(target, drafter, prompt, lengths, capacity=capacity,  # type: ignore[arg-type]
+                  stop_lengths=lengths + max_new_tokens)
+    metrics, index = Metrics(), 0
+    while not all(host_ints(state.done)):
+        began = time.perf_counter()
+        u = round_uniforms(seed, index, batch, nodes, like=state.tokens)[:, nodes:]  # [B, N+1]
+        state, result = tree_round_step(state, target, drafter, nodes=nodes, depth=depth, params=params,
+                                        uniforms=u, eos=eos_token_id, check=check, verifier=verifier)
+        counts = host_ints(xp.concat([xp.astype(a, xp.int64) for a in (
+            result.verdict.num_accepted, result.emitted, result.active, result.drafted)]))
+        metrics = tally(metrics, k=nodes, accepted=counts[:batch], emitted=counts[batch:2 * batch],
+                        active=[bool(v) for v in counts[2 * batch:3 * batch]],
+                        elapsed_s=time.perf_counter() - began, drafted=counts[3 * batch:])
+        index += 1
+    return Generation.from_state(state, lengths, metrics, pad_id)
