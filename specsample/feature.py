@@ -96,8 +96,10 @@ class DistillPlan:
     are the shipped head's.
 
     Attributes:
-        prompts: training prompts; new_tokens: tokens sampled after each; temperature:
-            the target's sampling temperature; batch: rows per sampling batch.
+        prompts: open training prompts; grounded: prompts that rework a given text (a
+            passage sampled for an open prompt, or code); new_tokens: tokens sampled
+            after each; temperature: the target's sampling temperature; batch: rows per
+            sampling batch.
         vocab: the draft vocabulary's size (the most frequent sampled tokens), 0 for all.
         epochs, lr, batch_rows, feature_weight, logit_weight, noise: training (rows per
             step; loss weights; feature noise, as a fraction of the features' std).
@@ -105,14 +107,15 @@ class DistillPlan:
         seed: every random choice.
     """
 
-    prompts: int = 256
-    new_tokens: int = 128
+    prompts: int = 384
+    grounded: int = 384
+    new_tokens: int = 96
     temperature: float = 0.7
-    batch: int = 16
+    batch: int = 32
     vocab: int = 8192
-    epochs: int = 20
+    epochs: int = 6
     lr: float = 3e-3
-    batch_rows: int = 4
+    batch_rows: int = 8
     feature_weight: float = 1.0
     logit_weight: float = 0.5
     noise: float = 0.05
@@ -124,6 +127,7 @@ class DistillPlan:
         for name in ("prompts", "new_tokens", "batch", "epochs", "batch_rows", "k", "held_out_tokens"):
             check_int(name, getattr(self, name), 1)
         check_int("vocab", self.vocab, 0)
+        check_int("grounded", self.grounded, 0)
         check_int("seed", self.seed, 0)
         for name in ("temperature", "lr", "feature_weight", "logit_weight", "noise"):
             value = getattr(self, name)

@@ -13,15 +13,18 @@ import json
 import pytest
 import torch
 from specsample_backends.torch import HFModel, loading
-from specsample_backends.torch.distill import distill, training_prompts
+from specsample_backends.torch import _distill_prompts as _prompts
+from specsample_backends.torch._distill_prompts import code_snippets, grounded_prompts, open_prompts
+from specsample_backends.torch.distill import distill
 from specsample_backends.torch.head import load_head
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from specsample.bench.prompts import greedy_prompts
 from specsample.feature import DistillPlan
 from specsample.generate import generate, generate_plain
 from specsample.params import SamplingParams
 
-PLAN = DistillPlan(prompts=6, new_tokens=12, batch=3, vocab=512, epochs=3, batch_rows=2, k=2,
+PLAN = DistillPlan(prompts=6, grounded=4, new_tokens=12, batch=3, vocab=512, epochs=3, batch_rows=2, k=2,
                    held_out_tokens=4, lr=3e-3)
 
 
@@ -33,17 +36,33 @@ def tiny() -> HFModel:
     return HFModel(LlamaForCausalLM(config).eval())
 
 
-def test_training_prompts_are_distinct_and_mixed() -> None:
-    prompts = training_prompts(256)
-    assert len(set(prompts)) == 256
-    assert len({p.split(" ")[0] for p in prompts[:32]}) >= 6  # the first ones mix instructions
+def test_open_prompts_are_distinct_mixed_and_not_benchmark_prompts() -> None:
+    prompts = open_prompts(1536)
+    assert len(set(prompts)) == 1536
+    first = prompts[:len(_prompts.TOPICS)]  # the first round mixes every instruction
+    assert all(any(p.startswith(style.split("{}")[0]) for p in first) for style in _prompts.OPEN_STYLES)
+    assert not set(prompts) & set(greedy_prompts())
     with pytest.raises(ValueError, match="count: expected"):
-        training_prompts(257)
+        open_prompts(1537)
+
+
+def test_grounded_prompts_mix_passages_and_code() -> None:
+    passages = ["First passage.", "Second passage.", "  "]
+    prompts = grounded_prompts(passages, 20)  # 2 passages x 8 instructions: no repeats yet
+    assert len(prompts) == 20 == len(set(prompts))
+    code = [p for p in prompts if any(s in p for s in code_snippets())]
+    assert len(code) == 5 and all(p in prompts[3::4] for p in code)
+    assert all(("First passage." in p) != ("Second passage." in p) for p in prompts if p not in code)
+    assert not set(prompts) & set(greedy_prompts())
+    assert grounded_prompts([], 0) == []
+    with pytest.raises(ValueError, match="passages: expected at least one non-empty text"):
+        grounded_prompts(["  "], 1)
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("epochs", 0, "epochs: expected"), ("lr", 0.0, "lr: expected a number > 0"),
     ("noise", -1.0, "noise: expected a number >= 0"), ("vocab", -1, "vocab: expected"),
+    ("grounded", -1, "grounded: expected"),
 ])
 def test_bad_plans_are_clear_errors(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -1,10 +1,12 @@
 """Train a feature-level draft head from the target's own samples (`specsample distill`).
 
-1. The target samples continuations of varied training prompts (topics x instructions,
-   none of them a benchmark prompt), batched, at `temperature`.
+1. The target samples continuations of varied training prompts, batched, at
+   `temperature`: open prompts (topic x instruction), then grounded ones that rework a
+   text given in the prompt (a passage the target wrote in the first stage, or a short
+   Python function). None of them is a benchmark prompt (`_distill_prompts`).
 2. One forward over each sampled sequence gives the target's features f_t and the
    normaliser of its logits; the draft vocabulary is the `vocab` tokens most frequent in
-   those samples.
+   those sequences, filled up with the lowest ids.
 3. The head learns, with teacher forcing on noisy features, f_t from (x_t, f_{t-1}):
    smooth-L1 to the target's feature (in units of the features' std) plus the
    cross-entropy of its draft law against the target's law (temperature 1) on the draft
@@ -29,45 +31,39 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from specsample._array import check_int
 from specsample.bench.prompts import PROMPTS
 from specsample.feature import DistillPlan, HeadDrafter
 from specsample.generate import generate, generate_plain
 from specsample.params import SamplingParams
 from specsample.runner import encode_text
 
+from ._distill_prompts import grounded_prompts, open_prompts
 from .head import DraftHead, HeadModel, fingerprint, save_head
 from .model import HFModel
 
 __all__ = ["distill", "held_out_alpha", "training_prompts"]
 
-_TOPICS = ("the ocean", "a small bakery", "black holes", "learning to play the piano", "volcanoes",
-           "a city at night", "the history of paper", "honey bees", "a long train journey",
-           "photosynthesis", "chess openings", "a lost umbrella", "the moon landing", "recycling",
-           "a mountain village", "machine learning", "the water cycle", "an old lighthouse",
-           "friendship", "the Roman empire", "electric cars", "a thunderstorm", "gardening",
-           "the human heart", "coffee", "a space station", "autumn leaves", "the printing press",
-           "a busy airport", "sleep", "the desert", "a robot chef")
-_STYLES = ("Write a short story about {}.", "Explain {} to a ten-year-old.",
-           "Give me five facts about {}.", "Write a poem about {}.",
-           "What are the main ideas behind {}?", "Describe {} in a few paragraphs.",
-           "Write a diary entry about {}.", "List some questions people often ask about {}.")
-
-
-def training_prompts(count: int) -> list[str]:
-    """`count` distinct training prompts: round j gives topic i the instruction (i + j) mod 8,
-    so the first ones mix every instruction and all 256 pairs come once."""
-    check_int("count", count, 1, len(_TOPICS) * len(_STYLES) + 1)
-    return [_STYLES[(i + j) % len(_STYLES)].format(topic)
-            for j in range(len(_STYLES)) for i, topic in enumerate(_TOPICS)][:count]
-
-
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
-def _sample(target: HFModel, tokenizer: Any, plan: DistillPlan, progress: Progress) -> list[list[int]]:
-    """Prompt + sampled ids per training prompt."""
-    prompts = [encode_text(tokenizer, p) for p in training_prompts(plan.prompts)]
+def training_prompts(count: int) -> list[str]:
+    """The first `count` open training prompts (topic x instruction)."""
+    return open_prompts(count)
+
+
+def _passage(tokenizer: Any, ids: Sequence[int], limit: int = 600) -> str:
+    """The target's text, cut after its last full sentence within `limit` characters."""
+    text = str(tokenizer.decode(ids, skip_special_tokens=True)).strip()
+    if len(text) <= limit:
+        return text
+    cut = max(text.rfind(end, 0, limit) for end in (". ", ".\n", "! ", "? "))
+    return text[:cut + 1] if cut > limit // 3 else text[:limit]
+
+
+def _sample(target: HFModel, tokenizer: Any, texts: Sequence[str], plan: DistillPlan, seed: int,
+            progress: Progress, stage: str) -> list[list[int]]:
+    """Prompt + sampled ids per prompt text."""
+    prompts = [encode_text(tokenizer, p) for p in texts]
     eos = tokenizer.eos_token_id
     rows: list[list[int]] = []
     for start in range(0, len(prompts), plan.batch):
@@ -75,20 +71,24 @@ def _sample(target: HFModel, tokenizer: Any, plan: DistillPlan, progress: Progre
         width = max(len(p) for p in chunk)
         ids = torch.tensor([p + [0] * (width - len(p)) for p in chunk])
         out = generate_plain(target, ids, max_new_tokens=plan.new_tokens,
-                             params=SamplingParams(temperature=plan.temperature), seed=plan.seed + start,
+                             params=SamplingParams(temperature=plan.temperature), seed=seed + start,
                              eos_token_id=eos, prompt_lengths=torch.tensor([len(p) for p in chunk]))
         rows.extend(p + out.new_tokens(i) for i, p in enumerate(chunk))
-        progress("sampling", len(rows), len(prompts))
+        progress(stage, len(rows), len(prompts))
     return rows
 
 
 def _vocabulary(rows: Sequence[list[int]], size: int, total: int, keep: Sequence[int]) -> Tensor | None:
-    """The `size` most frequent ids (ties: the lower id), plus `keep`; None for all."""
+    """The `size` most frequent ids in `rows` (ties: the lower id), filled up to `size` with
+    the lowest ids not seen (a byte-pair tokenizer numbers its merges in order, so low ids
+    are common pieces), plus `keep`; None for all."""
     if size == 0 or size >= total:
         return None
     counts = Counter(itertools.chain.from_iterable(rows))
-    ranked = sorted(counts, key=lambda t: (-counts[t], t))
-    chosen = set(ranked[:size]) | {int(t) for t in keep}
+    ranked = sorted(counts, key=lambda t: (-counts[t], t))[:size]
+    seen = set(ranked)
+    ranked += itertools.islice((t for t in range(total) if t not in seen), size - len(ranked))
+    chosen = set(ranked) | {int(t) for t in keep}
     return torch.tensor(sorted(chosen), dtype=torch.int64)
 
 
@@ -191,7 +191,13 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     began = time.perf_counter()
     torch.manual_seed(plan.seed)
     with torch.no_grad():
-        rows = _sample(target, tokenizer, plan, report)
+        rows = _sample(target, tokenizer, training_prompts(plan.prompts), plan, plan.seed, report,
+                       "sampling")
+        if plan.grounded:
+            passages = [_passage(tokenizer, r[len(encode_text(tokenizer, t)):])
+                        for r, t in zip(rows, training_prompts(plan.prompts), strict=True)]
+            rows += _sample(target, tokenizer, grounded_prompts(passages, plan.grounded), plan,
+                            plan.seed + len(rows), report, "sampling grounded")
         data = _targets(target, rows, plan.batch, report)
     keep = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
     head = DraftHead(target, vocab=_vocabulary(rows, plan.vocab, target.vocab_size, keep))

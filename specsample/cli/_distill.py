@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--out: needed for target {config.target!r} (the default place is the "
                              f"embedded SmolLM2's head)")
         out = SHIPPED
-    bars, units = Bars("distill: "), {"sampling": "prompt", "target features": "row"}
+    bars, units = Bars("distill: "), {"sampling": "prompt", "sampling grounded": "prompt",
+                                      "target features": "row"}
     stage: dict[str, int] = {}  # stage -> steps shown so far
 
     def progress(name: str, done: int, total: int) -> None:
