@@ -131,9 +131,16 @@ def _round_k(xp: object, drafter: Drafter, state: State, wanted: int) -> tuple[i
 
 
 def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOptions) -> Iterator[Step]:
-    """Speculative rounds until every row stops, yielding after each (see `iterate`)."""
+    """Speculative rounds until every row stops, yielding after each (see `iterate`); with a
+    tree drafter (`specsample.tree.TreeDrafter`), tree rounds."""
     if not isinstance(run, RunOptions):
         raise TypeError(f"run: expected RunOptions, got {type(run).__name__}")
+    if not isinstance(drafter, Drafter):
+        from specsample.tree import TreeDrafter, run_tree_rounds
+
+        if isinstance(drafter, TreeDrafter):
+            yield from run_tree_rounds(target, drafter, input_ids, run)
+            return
     prompt, lengths = prepare_prompt(input_ids, run.prompt_lengths, target.vocab_size)
     run.rows(int(prompt.shape[0]))
     policy, verifier = run.policy, run.verify

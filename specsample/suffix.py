@@ -26,7 +26,7 @@ import numpy as np
 
 from specsample._array import Array, check_int, check_shape, device, host_ints, namespace
 
-__all__ = ["SuffixTreeDrafter", "TreeProposal"]
+__all__ = ["SuffixTreeDrafter", "TreeProposal", "suffix_tree"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,18 +50,27 @@ class SuffixTreeDrafter:
     """Trees of continuations after every earlier occurrence of the context's suffix.
 
     Args:
+        nodes: the node budget per tree (N, the verify's width less one), >= 1.
+        depth: the deepest level, >= 1.
         ngram_max: the longest suffix tried, >= ngram_min.
         ngram_min: the shortest suffix tried, >= 1.
         max_matches: the most recent occurrences used, >= 1.
     """
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 1, max_matches: int = 64) -> None:
+    def __init__(self, nodes: int = 8, depth: int = 4, ngram_max: int = 3, ngram_min: int = 1,
+                 max_matches: int = 64) -> None:
+        check_int("nodes", nodes, 1)
+        check_int("depth", depth, 1)
         check_int("ngram_max", ngram_max, 1)
         check_int("ngram_min", ngram_min, 1)
         check_int("max_matches", max_matches, 1)
         if ngram_min > ngram_max:
             raise ValueError(f"ngram_min: expected <= ngram_max = {ngram_max}, got {ngram_min}")
+        self.nodes, self.depth = nodes, depth
         self.ngram_max, self.ngram_min, self.max_matches = ngram_max, ngram_min, max_matches
+
+    def __repr__(self) -> str:
+        return f"SuffixTreeDrafter(nodes={self.nodes}, depth={self.depth})"
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> None:
         """No state: every tree is built from the committed tokens."""
@@ -147,3 +156,16 @@ class SuffixTreeDrafter:
             for child in children.get(path, []):
                 heapq.heappush(frontier, (score * trie[child] / trie[path], order[child], child, index))
         return chosen
+
+
+def suffix_tree(name: str) -> SuffixTreeDrafter:
+    """A SuffixTreeDrafter by name: "suffix-tree" (the defaults), "suffix-tree:N" (N nodes)
+    or "suffix-tree:NxD" (N nodes, D levels)."""
+    budget = name.removeprefix("suffix-tree").removeprefix(":")
+    parts = budget.split("x") if budget else []
+    if not name.startswith("suffix-tree") or (name != "suffix-tree" and not name.startswith("suffix-tree:")) \
+            or len(parts) > 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(f"draft: expected 'suffix-tree', 'suffix-tree:N' or 'suffix-tree:NxD' with "
+                         f"N, D ints >= 1, got {name!r}")
+    sizes = [int(p) for p in parts]
+    return SuffixTreeDrafter(*sizes)

@@ -10,13 +10,14 @@ by rolling the cache back by length. Rounds compose as chain rounds do.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from specsample._array import Array, check_int, device, host_ints, namespace
 from specsample.cache import Cache, check_live, rollback
-from specsample.generate import Generation, prepare_prompt
+from specsample.generate import Generation, Step, finish, prepare_prompt
 from specsample.metrics import Metrics, tally
+from specsample.options import RunOptions
 from specsample.params import SamplingParams
 from specsample.protocols import Model
 from specsample.rng import Seed, round_uniforms
@@ -27,7 +28,7 @@ from specsample.verify import Verdict
 from specsample.verify_tree import TreeVerdict, verify_tree
 from specsample.warp import warp
 
-__all__ = ["TreeDrafter", "TreeModel", "generate_tree", "tree_round_step"]
+__all__ = ["TreeDrafter", "TreeModel", "generate_tree", "run_tree_rounds", "tree_round_step", "tree_rule"]
 
 
 @runtime_checkable
@@ -43,7 +44,11 @@ class TreeModel(Model, Protocol):
 
 @runtime_checkable
 class TreeDrafter(Protocol):
-    """Proposes a draft tree per row from the committed tokens."""
+    """Proposes a draft tree per row from the committed tokens, within its budget: at most
+    `nodes` nodes and `depth` levels."""
+
+    nodes: int
+    depth: int
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> Any:
         """The initial state after the prompt."""
@@ -111,50 +116,78 @@ def tree_round_step(state: State, target: TreeModel, drafter: TreeDrafter, *, no
                             drafted=xp.where(state.done, 0, xp.minimum(tree.sizes, width)))
 
 
-def generate_tree(target: TreeModel, drafter: TreeDrafter, input_ids: Array, *, max_new_tokens: int,
-                  params: SamplingParams | None = None, nodes: int = 8, depth: int = 4, seed: Seed = 0,
-                  eos_token_id: int | None = None, prompt_lengths: Array | None = None,
-                  check: bool = True, pad_id: int = 0,
-                  verifier: Callable[..., TreeVerdict] = verify_tree) -> Generation:
-    """Speculative sampling with draft trees, to completion.
+def tree_rule(verifier: object) -> Callable[..., TreeVerdict]:
+    """The tree rule for a run whose `verifier` is `verifier`: `verify_tree` for the chain
+    rules' names ("token", "block": a tree has one rule), or a tree rule given as a callable
+    (the broken ones of `specsample.testing.broken.TREE_VERIFIERS`)."""
+    from specsample.testing.broken import TREE_VERIFIERS
+    from specsample.verifiers import VERIFIERS
 
-    Args:
-        target: a TreeModel (p).
-        drafter: a TreeDrafter.
-        input_ids: int [B, T] prompts, right-padded; `prompt_lengths` [B] says where each ends.
-        max_new_tokens: tokens to generate per row, >= 1.
-        nodes, depth: the tree budget per round.
-        seed: the uniforms' seed (round r uses the verification columns of `round_uniforms`).
-        verifier: as in `tree_round_step`.
+    if (isinstance(verifier, str) and verifier in VERIFIERS) or verifier is verify_tree:
+        return verify_tree
+    if any(verifier is rule for rule in TREE_VERIFIERS.values()):
+        return verifier  # type: ignore[return-value]
+    raise ValueError(f"verifier: a tree drafter is verified by the tree rule (verify_tree); got "
+                     f"the chain rule {verifier!r}")
 
-    Returns:
-        A Generation; its metrics count nodes as drafts (tokens per target forward =
-        emitted / row_rounds).
+
+def run_tree_rounds(target: TreeModel, drafter: TreeDrafter, input_ids: Array, run: RunOptions
+                    ) -> Iterator[Step]:
+    """Tree rounds until every row stops, yielding after each (as `run_rounds` does for chains).
+
+    The tree budget is the drafter's (`nodes`, `depth`); `run.k` is not used. Round r
+    takes the verification columns of `round_uniforms(seed, r, B, nodes)`.
     """
     for name, value in (("target", target), ("drafter", drafter)):
         wanted = TreeModel if name == "target" else TreeDrafter
         if not isinstance(value, wanted):
             raise TypeError(f"{name}: expected a {wanted.__name__}, got {type(value).__name__}")
-    check_int("max_new_tokens", max_new_tokens, 1)
-    check_int("nodes", nodes, 1)
-    check_int("depth", depth, 1)
-    params = params or SamplingParams()
-    prompt, lengths = prepare_prompt(input_ids, prompt_lengths, target.vocab_size)
+    nodes, depth = check_int("drafter.nodes", drafter.nodes, 1), check_int("drafter.depth", drafter.depth, 1)
+    rule = tree_rule(run.verifier)
+    prompt, lengths = prepare_prompt(input_ids, run.prompt_lengths, target.vocab_size)
+    run.rows(int(prompt.shape[0]))
     xp = namespace(prompt)
     batch = int(prompt.shape[0])
-    capacity = int(xp.max(lengths)) + max_new_tokens + nodes + 1
-    state = start(target, drafter, prompt, lengths, capacity=capacity,  # type: ignore[arg-type]
-                  stop_lengths=lengths + max_new_tokens)
+    needed = int(xp.max(lengths)) + run.max_new_tokens + nodes + 1
+    if run.capacity is not None and run.capacity < needed:
+        raise ValueError(f"capacity: expected >= {needed} (longest prompt + max_new_tokens + "
+                         f"nodes + 1), got {run.capacity}")
+    state = start(target, drafter, prompt, lengths, capacity=run.capacity or needed,  # type: ignore[arg-type]
+                  stop_lengths=lengths + run.max_new_tokens)
     metrics, index = Metrics(), 0
     while not all(host_ints(state.done)):
         began = time.perf_counter()
-        u = round_uniforms(seed, index, batch, nodes, like=state.tokens)[:, nodes:]  # [B, N+1]
-        state, result = tree_round_step(state, target, drafter, nodes=nodes, depth=depth, params=params,
-                                        uniforms=u, eos=eos_token_id, check=check, verifier=verifier)
+        u = round_uniforms(run.seed, index, batch, nodes, like=state.tokens)[:, nodes:]  # [B, N+1]
+        state, result = tree_round_step(state, target, drafter, nodes=nodes, depth=depth, params=run.params,
+                                        uniforms=u, eos=run.eos_token_id, check=run.check, verifier=rule)
         counts = host_ints(xp.concat([xp.astype(a, xp.int64) for a in (
             result.verdict.num_accepted, result.emitted, result.active, result.drafted)]))
         metrics = tally(metrics, k=nodes, accepted=counts[:batch], emitted=counts[batch:2 * batch],
                         active=[bool(v) for v in counts[2 * batch:3 * batch]],
                         elapsed_s=time.perf_counter() - began, drafted=counts[3 * batch:])
+        yield Step(index=index, k=nodes, result=result, state=state, metrics=metrics)
         index += 1
-    return Generation.from_state(state, lengths, metrics, pad_id)
+
+
+def generate_tree(target: TreeModel, drafter: TreeDrafter, input_ids: Array, *, max_new_tokens: int,
+                  params: SamplingParams | None = None, seed: Seed = 0, eos_token_id: int | None = None,
+                  prompt_lengths: Array | None = None, check: bool = True, pad_id: int = 0,
+                  verifier: str | Callable[..., TreeVerdict] = "token") -> Generation:
+    """Speculative sampling with draft trees, to completion (`generate` does the same for a
+    tree drafter; this spelling takes a tree rule as `verifier`).
+
+    Args:
+        target: a TreeModel (p).
+        drafter: a TreeDrafter; its `nodes` and `depth` are the budget per round.
+        input_ids: int [B, T] prompts, right-padded; `prompt_lengths` [B] says where each ends.
+        max_new_tokens: tokens to generate per row, >= 1.
+        verifier: the tree rule, or a chain rule's name (meaning `verify_tree`).
+
+    Returns:
+        A Generation; its metrics count nodes as drafts (tokens per target forward =
+        emitted / row_rounds).
+    """
+    run = RunOptions(max_new_tokens=max_new_tokens, params=params or SamplingParams(), seed=seed,
+                     eos_token_id=eos_token_id, prompt_lengths=prompt_lengths, check=check,
+                     pad_id=pad_id, verifier=verifier)  # type: ignore[arg-type]
+    return finish(run_tree_rounds(target, drafter, input_ids, run), input_ids, run, target.vocab_size)

@@ -15,10 +15,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from specsample_backends.torch import HFModel
+from specsample_backends.torch import HFModel, loading
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specsample.generate import generate_plain
+from specsample.bench import measure_cost_ratio
+from specsample.generate import generate, generate_plain
 from specsample.params import SamplingParams
 from specsample.suffix import SuffixTreeDrafter
 from specsample.testing import broken, homogeneity
@@ -115,3 +116,25 @@ def test_sampled_output_follows_the_target_law(target: HFModel, rule: str) -> No
     plain = _first_tokens(target, False)
     both = homogeneity(spec[:, 0] * 8 + spec[:, 1], plain[:, 0] * 8 + plain[:, 1])
     assert both.passed != lying, str(both)
+
+
+def test_generate_runs_tree_rounds_for_a_tree_drafter(target: HFModel) -> None:
+    ids = torch.tensor([PROMPT])
+    drafter = loading.load_drafter("suffix-tree:6x3", target)
+    assert isinstance(drafter, SuffixTreeDrafter) and (drafter.nodes, drafter.depth) == (6, 3)
+    direct = generate_tree(target, drafter, ids, max_new_tokens=12, params=HOT, seed=3)
+    for verifier in ("token", "block"):  # a tree has one rule whatever the chain rule is
+        via = generate(target, drafter, ids, max_new_tokens=12, params=HOT, seed=3, verifier=verifier)
+        assert torch.equal(via.sequences, direct.sequences)
+    assert via.metrics.rounds < 12  # trees were accepted: fewer rounds than tokens
+    with pytest.raises(ValueError, match="verifier: a tree drafter is verified by the tree rule"):
+        generate(target, drafter, ids, max_new_tokens=4, verifier=broken.VERIFIERS["always-accept"])
+    assert measure_cost_ratio(target, drafter, ids, HOT) > 0
+
+
+def test_a_target_without_tree_forward_is_a_clear_error() -> None:
+    from specsample_backends.reference import random_ngram
+
+    model = random_ngram(8, order=2, seed=0)
+    with pytest.raises(TypeError, match="target: expected a TreeModel"):
+        generate(model, SuffixTreeDrafter(), np.array([PROMPT]), max_new_tokens=4)

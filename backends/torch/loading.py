@@ -19,6 +19,7 @@ from specsample.hybrid import compose_drafter
 from specsample.lookup import PromptLookupDrafter
 from specsample.params import SamplingParams
 from specsample.protocols import Drafter
+from specsample.suffix import suffix_tree
 
 from ._fast import hf_config
 from .compat import check_compatible
@@ -31,8 +32,8 @@ __all__ = ["CACHE_ENV", "DRAFTERS", "cache_root", "converted", "default_model_pa
            "load_target", "load_tokenizer"]
 
 DEFAULT = "smollm2"
-DRAFTERS = ("int8", "early-exit:N", "lookup", "head[:FILE]", "hybrid[:NAME]", "auto[:NAME]",
-            "NAME@THRESHOLD", "<model spec>")
+DRAFTERS = ("int8", "early-exit:N", "lookup", "suffix-tree[:N[xD]]", "head[:FILE]", "hybrid[:NAME]",
+            "auto[:NAME]", "NAME@THRESHOLD", "<model spec>")
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "SPECSAMPLE_MODEL_CACHE"  # where GGUF conversions are kept; "off" disables
 # Where each loaded module came from, so a drafter can check tokenizers.
@@ -183,9 +184,11 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) ->
 
     Args:
         name: "int8" (quantized self-draft), "early-exit:N" (first N layers),
-            "lookup" (prompt lookup), "head" or "head:FILE" (a feature-level draft
-            head trained for this target: the shipped one, or a file; see
-            `head.load_head`), a model spec as for `load_target` (a separate
+            "lookup" (prompt lookup), "suffix-tree", "suffix-tree:N" or
+            "suffix-tree:NxD" (a tree of up to N nodes and D levels from every earlier
+            occurrence of the context's suffix; see `specsample.suffix`), "head" or
+            "head:FILE" (a feature-level draft head trained for this target: the
+            shipped one, or a file; see `head.load_head`), a model spec as for `load_target` (a separate
             draft model; its tokenizer must match the target's), "hybrid" or
             "hybrid:NAME" (prompt lookup where the context repeats, int8 or NAME
             elsewhere), "auto" or "auto:NAME" (the hybrid whose model drafts only
@@ -214,6 +217,8 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
         return ModelDrafter(int8_draft(target))
     if name == "lookup":
         return PromptLookupDrafter()
+    if name == "suffix-tree" or name.startswith("suffix-tree:"):
+        return suffix_tree(name)  # type: ignore[return-value]
     if name == "head" or name.startswith("head:"):
         from specsample.feature import HeadDrafter
 

@@ -15,6 +15,7 @@ from specsample.policy import KPolicy, k_policy
 from specsample.protocols import Drafter, FeatureDrafter, FeatureModel, Model
 from specsample.rng import uniforms
 from specsample.shard import agree
+from specsample.tree import TreeDrafter
 
 __all__ = ["measure_cost_ratio", "next_logits", "policy_with_cost"]
 
@@ -46,7 +47,8 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
                        repeats: int = 5) -> float:
     """c: the median time of one draft step over that of one target forward, at batch 1.
 
-    A draft step is `drafter.propose` with K = 1 (a draft forward, warp and sample);
+    A draft step is `drafter.propose` with K = 1 (a draft forward, warp and sample), or
+    a tree drafter's whole tree;
     the target step is a one-token forward after the prompt. Both write at the
     same cache position each time (rollback is free), after one warm-up. In a
     distributed run, every rank returns rank 0's measurement.
@@ -87,6 +89,9 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
 
     def draft_step() -> None:
         nonlocal state
+        if not isinstance(drafter, Drafter) and isinstance(drafter, TreeDrafter):  # a whole tree
+            _sync(drafter.propose_tree(prompt, lengths, drafter.nodes, drafter.depth).tokens)
+            return
         proposal = drafter.propose(state, prompt, lengths, 1, params, u)
         _sync(proposal.tokens)
         state = advance(proposal.state)  # nothing committed: back to the prompt

@@ -29,10 +29,13 @@ from specsample.testing import (
     samples_needed_two_sample,
     tree_samples,
 )
+from specsample.tree import TreeDrafter
 from specsample.verifiers import get_verifier
 from specsample.warp import warp
 
 PROMPT = "The best thing about summer is"  # a first token with spread at T=1 and under top-p 0.9
+# For drafters that copy from the context (suffix trees): its suffix recurs, so rounds draft.
+COPY_PROMPT = "The cat sat on the mat, and the dog sat on the rug. Then the cat sat on the"
 # The built-in pair, checked when no sampling option is given (by flag, config file or environment).
 SETTINGS = {"t1.0": SamplingParams(temperature=1.0), "t0.7-p0.9": SamplingParams(temperature=0.7, top_p=0.9)}
 ROWS = 200
@@ -61,10 +64,13 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--settings", default=None,
                         help=f"comma-separated, from {sorted(SETTINGS)} (default: both, unless "
                              f"--temperature/--top-k/--top-p/--min-p or the config set one)")
-    parser.add_argument("--prompt", default=PROMPT, help="the (raw, not chat-formatted) prompt")
+    parser.add_argument("--prompt", default=None,
+                        help="the (raw, not chat-formatted) prompt (default: one whose first token "
+                             "has spread; for a tree drafter, one whose suffix recurs)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="false-failure rate of each test")
-    parser.add_argument("--broken", choices=sorted(broken.VERIFIERS), default=None,
-                        help="swap the acceptance rule for a known-wrong one (a negative control)")
+    parser.add_argument("--broken", choices=sorted([*broken.VERIFIERS, *broken.TREE_VERIFIERS]),
+                        default=None, help="swap the acceptance rule for a known-wrong one (a negative "
+                                           "control; the tree-* rules for a tree drafter)")
     parser.add_argument("--plot", type=Path, default=Path("results/check.png"))
     parser.add_argument("--distributed", action="store_true",
                         help="split the rows over the ranks of a torchrun launch (gloo): the engine "
@@ -246,8 +252,11 @@ def run(args: argparse.Namespace) -> int:
         _constant_k(config.k)
     runner = load(config)
     backend, tokenizer = runner.backend, runner.tokenizer
+    if args.prompt is None:
+        args.prompt = COPY_PROMPT if isinstance(runner.drafter, TreeDrafter) else PROMPT
     prompt = backend.asarray([tokenizer.encode(args.prompt)])  # raw text: no chat template
-    verifier = get_verifier(config.verifier) if args.broken is None else broken.VERIFIERS[args.broken]
+    verifier = get_verifier(config.verifier) if args.broken is None else \
+        {**broken.VERIFIERS, **broken.TREE_VERIFIERS}[args.broken]
     rule = args.broken or config.verifier
     mode = _mode(args, runner)
     if args.n < 100:

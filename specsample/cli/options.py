@@ -54,7 +54,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft", default=None,
                        help=f"drafter: {DEFAULT_DRAFT!r} (default on torch: lookup where the context "
                             f"repeats, int8 where Thm 3.8 predicts a speedup, else plain steps), "
-                            f"'int8', 'early-exit:N', 'lookup', 'head[:FILE]' (a trained draft head), "
+                            f"'int8', 'early-exit:N', 'lookup', 'suffix-tree[:N[xD]]' (a tree of up "
+                            f"to N candidates, D deep, from the context; --k is unused), "
+                            f"'head[:FILE]' (a trained draft head), "
                             f"'hybrid[:NAME]', NAME@THRESHOLD or a model spec; on the reference "
                             f"backend 'noisy:E', 'lookup' or 'ngram:...'")
     group.add_argument("--k", type=k_value, default=None, help="drafts per round, or 'adaptive'")
