@@ -23,6 +23,9 @@ USED: dict[str, set[str]] = {
     "batch": _MODEL | {"json"},
     "memory": _MODEL | set(SAMPLING) | {"json"},
     "greedy": _MODEL | {"json", "prompts"},
+    "tree": {"backend", "config", "target", "seed", "max_new_tokens", "device", "dtype", "json", "repeats",
+             "temperature"},
+    "verifiers": _MODEL | {"json", "temperatures"},
 }
 HINTS = {"temperature": "`bench models` takes --temperatures; batch and greedy are greedy",
          "top_k": "batch and greedy are greedy", "top_p": "batch and greedy are greedy",
@@ -35,7 +38,10 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("what", nargs="?", default="models", choices=list(USED),
                         help="'models': end-to-end against peers (default); 'core': verify and warp alone; "
                              "'batch': 8 ragged rows vs batch 1 (greedy); 'memory': a long "
-                             "generation; 'greedy': speculative vs plain greedy on 22 prompts")
+                             "generation; 'greedy': speculative vs plain greedy on 22 prompts; 'tree': "
+                             "suffix trees by node budget vs prompt lookup and plain decoding on the "
+                             "grounded prompts, and the verify cost curve; 'verifiers': token-wise vs "
+                             "block verification, accepted drafts per round")
     parser.add_argument("--json", type=Path, default=None, help="write the records here")
     parser.add_argument("--repeats", type=int, default=None,
                         help="repetitions (default: 30 for core, 3 for models)")
@@ -62,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         return _core(args)
     if args.what == "models":
         return run_models(args, temperatures=_temperatures(args.temperatures))
+    if args.what in ("tree", "verifiers"):
+        return _tree_or_verifiers(args)
     plan = bench.GreedyPlan(**_given(args, "prompts", "max_new_tokens")) if args.what == "greedy" \
         else None  # bad sizes fail before the models load
     runner = load(config_from_args(args))
@@ -208,3 +216,40 @@ def _greedy(runner: Runner, plan: bench.GreedyPlan, path: Path | None,
                   "tie_gap": plan.tie_gap, "equal": report.equal, "near_ties": report.near_ties,
                   "other": report.other, "records": report.records})
     return 0 if report.other == 0 else 1
+
+
+def _tree_or_verifiers(args: argparse.Namespace) -> int:
+    from specsample.bench import tree
+
+    if args.what == "tree":
+        given = {"max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+                 "temperature": args.temperature}
+        plan: Any = tree.TreePlan(**{k: v for k, v in given.items() if v is not None})
+    else:
+        given = {"max_new_tokens": args.max_new_tokens, "k": args.k}
+        if args.temperatures is not None:
+            given["temperatures"] = _temperatures(args.temperatures)
+        plan = tree.VerifierPlan(**{k: v for k, v in given.items() if v is not None})
+    runner = load(config_from_args(args))
+    settings = _settings(runner)
+    path = Path(f"results/bench_{args.what}.json") if args.json is None else args.json
+    if args.what == "verifiers":
+        print(runner.drafter_note())
+        report = tree.verifiers(runner, plan, progress=Bars())
+        print(f"{'T':>5}{'verifier':>10}{'accepted':>10}{'rounds':>8}{'per round':>11}")
+        for r in report["records"]:
+            print(f"{r['temperature']:>5g}{r['verifier']:>10}{r['accepted']:>10}{r['rounds']:>8}"
+                  f"{r['accepted_per_round']:>11.3f}")
+        print("block / token-wise: " + ", ".join(f"T={t} {g:.3f}x" for t, g in report["gains"].items()))
+        _write(path, {"benchmark": "verifiers", "settings": settings, **report})
+        return 0
+    report = tree.trees(runner, plan, progress=Bars())
+    print(f"{'method':<20}{'tok/s':>8}{'tok/forward':>13}{'vs plain':>10}  95% interval")
+    for r in report["records"]:
+        low, high = r["ratio_vs_plain_ci95"]
+        print(f"{r['method']:<20}{r['tokens_per_s']:>8.1f}{r['tokens_per_forward']:>13.2f}"
+              f"{r['ratio_vs_plain']:>9.2f}x  [{low:.2f}, {high:.2f}]")
+    print("verify cost: " + ", ".join(f"1+{c['nodes']}: {c['relative']:.2f}x" for c in report["cost_curve"]))
+    _write(path, {"benchmark": "tree", "settings": settings, **report})
+    print(f"wrote {tree.plot_trees(report, path)}")
+    return 0
