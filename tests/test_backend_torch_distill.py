@@ -14,6 +14,7 @@ import pytest
 import torch
 from specsample_backends.torch import HFModel, loading
 from specsample_backends.torch import _distill_prompts as _prompts
+from specsample_backends.torch import distill as distill_module
 from specsample_backends.torch._distill_prompts import code_snippets, grounded_prompts, open_prompts
 from specsample_backends.torch.distill import distill
 from specsample_backends.torch.head import load_head
@@ -88,3 +89,23 @@ def test_distill_is_seeded_learns_and_loads(tmp_path, tiny: HFModel) -> None:  #
     assert head.fc.weight.dtype == torch.float32  # stored as float16, loaded in the target's dtype
     with pytest.raises(ValueError, match=r"path: expected a \.safetensors file name"):
         distill(tiny, tokenizer, PLAN, tmp_path / "head.bin")
+
+
+def test_sampling_keeps_the_features_a_full_forward_gives(tiny: HFModel) -> None:
+    # The rows are generate_plain's samples (same seed), less the last token, and the
+    # features kept while sampling are those one forward over the row computes.
+    tokenizer = loading.load_tokenizer("smollm2")
+    texts = ["Write a poem about the sea.", "Hi"]
+    rows = distill_module._sample(tiny, tokenizer, texts, PLAN, 5, lambda *a: None, "sampling")
+    prompts = [distill_module.encode_text(tokenizer, t) for t in texts]
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts])
+    plain = generate_plain(tiny, ids, max_new_tokens=PLAN.new_tokens, params=SamplingParams(temperature=0.7),
+                           seed=5, prompt_lengths=torch.tensor([len(p) for p in prompts]),
+                           eos_token_id=tokenizer.eos_token_id)
+    for b, (row, features, norms) in enumerate(rows):
+        assert row.tolist() == (prompts[b] + plain.new_tokens(b))[:-1]
+        logits, want, _ = tiny.forward_features(row[None], tiny.new_cache(1, len(row)))
+        torch.testing.assert_close(features, want[0], rtol=1e-4, atol=1e-5)
+        lse = torch.logsumexp(logits[0].double(), -1).float()
+        torch.testing.assert_close(norms, lse, rtol=1e-4, atol=1e-4)

@@ -4,9 +4,9 @@
    `temperature`: open prompts (topic x instruction), then grounded ones that rework a
    text given in the prompt (a passage the target wrote in the first stage, or a short
    Python function). None of them is a benchmark prompt (`_distill_prompts`).
-2. One forward over each sampled sequence gives the target's features f_t and the
-   normaliser of its logits; the draft vocabulary is the `vocab` tokens most frequent in
-   those sequences, filled up with the lowest ids.
+2. The forwards that sample also give the target's features f_t and the normaliser of
+   its logits at every position (kept; no second pass); the draft vocabulary is the
+   `vocab` tokens most frequent in those sequences, filled up with the lowest ids.
 3. The head learns, with teacher forcing on noisy features, f_t from (x_t, f_{t-1}):
    smooth-L1 to the target's feature (in units of the features' std) plus the
    cross-entropy of its draft law against the target's law (temperature 1) on the draft
@@ -32,10 +32,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from specsample.bench.prompts import PROMPTS
+from specsample.cache import rollback
 from specsample.feature import DistillPlan, HeadDrafter
-from specsample.generate import generate, generate_plain
+from specsample.generate import generate
 from specsample.params import SamplingParams
+from specsample.rng import Stream, uniforms
 from specsample.runner import encode_text
+from specsample.sample import sample
+from specsample.warp import warp
 
 from ._distill_prompts import grounded_prompts, open_prompts
 from .head import DraftHead, HeadModel, fingerprint, save_head
@@ -60,20 +64,57 @@ def _passage(tokenizer: Any, ids: Sequence[int], limit: int = 600) -> str:
     return text[:cut + 1] if cut > limit // 3 else text[:limit]
 
 
+Row = tuple[Tensor, Tensor, Tensor]  # ids [L], features [L, D], log-normaliser of the logits [L]
+
+
 def _sample(target: HFModel, tokenizer: Any, texts: Sequence[str], plan: DistillPlan, seed: int,
-            progress: Progress, stage: str) -> list[list[int]]:
-    """Prompt + sampled ids per prompt text."""
+            progress: Progress, stage: str) -> list[Row]:
+    """Plain sampling of each prompt, batched, keeping what every forward computes anyway:
+    the features and the logits' log-normaliser of each position (no second pass).
+
+    A row holds the prompt and the sampled tokens except the last one, whose features no
+    forward computed. The tokens are those `generate_plain` samples with the same seed.
+    """
     prompts = [encode_text(tokenizer, p) for p in texts]
     eos = tokenizer.eos_token_id
-    rows: list[list[int]] = []
+    rows: list[Row] = []
+    params = SamplingParams(temperature=plan.temperature)
     for start in range(0, len(prompts), plan.batch):
         chunk = prompts[start:start + plan.batch]
-        width = max(len(p) for p in chunk)
+        batch, width = len(chunk), max(len(p) for p in chunk)
+        lengths = torch.tensor([len(p) for p in chunk])
         ids = torch.tensor([p + [0] * (width - len(p)) for p in chunk])
-        out = generate_plain(target, ids, max_new_tokens=plan.new_tokens,
-                             params=SamplingParams(temperature=plan.temperature), seed=seed + start,
-                             eos_token_id=eos, prompt_lengths=torch.tensor([len(p) for p in chunk]))
-        rows.extend(p + out.new_tokens(i) for i, p in enumerate(chunk))
+        cache = target.new_cache(batch, width + plan.new_tokens)
+        feats: list[list[Tensor]] = [[] for _ in chunk]
+        norms: list[list[Tensor]] = [[] for _ in chunk]
+        tokens = [list(p) for p in chunk]
+        if width > 1:
+            logits, features, cache = target.forward_features(ids[:, :-1], cache)
+            lse = torch.logsumexp(logits.double(), -1).float()
+            for b, p in enumerate(chunk):
+                feats[b].append(features[b, :len(p) - 1])
+                norms[b].append(lse[b, :len(p) - 1])
+        cache = rollback(cache, lengths - 1)
+        done = torch.zeros(batch, dtype=torch.bool)
+        last = ids.gather(1, (lengths - 1)[:, None])
+        for step in range(plan.new_tokens):
+            logits, features, cache = target.forward_features(last, cache)
+            lse = torch.logsumexp(logits.double(), -1).float()
+            u = uniforms(seed + start, step, batch, 1, stream=Stream.PLAIN, like=last)[:, 0]
+            x = sample(warp(logits[:, 0], params), u, check=False)
+            for b in range(batch):
+                if not done[b]:
+                    feats[b].append(features[b])
+                    norms[b].append(lse[b])
+                    tokens[b].append(int(x[b]))
+            done |= x == eos if eos is not None else done
+            if bool(done.all()):
+                break
+            last = x[:, None]
+        for b in range(batch):
+            length = len(tokens[b]) - 1
+            rows.append((torch.tensor(tokens[b][:length]), torch.cat(feats[b])[:length].clone(),
+                         torch.cat(norms[b])[:length]))
         progress(stage, len(rows), len(prompts))
     return rows
 
@@ -92,24 +133,7 @@ def _vocabulary(rows: Sequence[list[int]], size: int, total: int, keep: Sequence
     return torch.tensor(sorted(chosen), dtype=torch.int64)
 
 
-def _targets(target: HFModel, rows: Sequence[list[int]], batch: int, progress: Progress
-             ) -> list[tuple[Tensor, Tensor, Tensor]]:
-    """(ids [L], features [L, D], log-normaliser of the logits [L]) per sequence, from
-    right-padded batches (a causal forward: padding after a row does not change it)."""
-    data: list[tuple[Tensor, Tensor, Tensor]] = []
-    for start in range(0, len(rows), batch):
-        chunk = rows[start:start + batch]
-        width = max(len(r) for r in chunk)
-        ids = torch.tensor([r + [0] * (width - len(r)) for r in chunk])
-        logits, features, _ = target.forward_features(ids, target.new_cache(len(chunk), width))
-        norms = torch.logsumexp(logits.double(), -1).float()
-        data.extend((ids[i, :len(r)], features[i, :len(r)].clone(), norms[i, :len(r)])
-                    for i, r in enumerate(chunk))
-        progress("target features", len(data), len(rows))
-    return data
-
-
-def _loss(head: DraftHead, batch: list[tuple[Tensor, Tensor, Tensor]], plan: DistillPlan,
+def _loss(head: DraftHead, batch: list[Row], plan: DistillPlan,
           scale: float, weight: Tensor, generator: torch.Generator) -> Tensor:
     width = max(len(ids) for ids, _, _ in batch)
     ids = torch.stack([F.pad(x, (0, width - len(x))) for x, _, _ in batch])
@@ -127,7 +151,7 @@ def _loss(head: DraftHead, batch: list[tuple[Tensor, Tensor, Tensor]], plan: Dis
     return (plan.feature_weight * regression + plan.logit_weight * (cross * valid).sum()) / valid.sum()
 
 
-def _train(head: DraftHead, data: list[tuple[Tensor, Tensor, Tensor]], plan: DistillPlan,
+def _train(head: DraftHead, data: list[Row], plan: DistillPlan,
            progress: Progress) -> list[float]:
     generator = torch.Generator().manual_seed(plan.seed)
     weight = head.target_stack.head.weight.detach()[head.vocab]  # type: ignore[attr-defined]
@@ -191,14 +215,14 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     began = time.perf_counter()
     torch.manual_seed(plan.seed)
     with torch.no_grad():
-        rows = _sample(target, tokenizer, training_prompts(plan.prompts), plan, plan.seed, report,
+        data = _sample(target, tokenizer, training_prompts(plan.prompts), plan, plan.seed, report,
                        "sampling")
         if plan.grounded:
-            passages = [_passage(tokenizer, r[len(encode_text(tokenizer, t)):])
-                        for r, t in zip(rows, training_prompts(plan.prompts), strict=True)]
-            rows += _sample(target, tokenizer, grounded_prompts(passages, plan.grounded), plan,
-                            plan.seed + len(rows), report, "sampling grounded")
-        data = _targets(target, rows, plan.batch, report)
+            passages = [_passage(tokenizer, ids[len(encode_text(tokenizer, t)):].tolist())
+                        for (ids, _, _), t in zip(data, training_prompts(plan.prompts), strict=True)]
+            data += _sample(target, tokenizer, grounded_prompts(passages, plan.grounded), plan,
+                            plan.seed + len(data), report, "sampling grounded")
+    rows = [ids.tolist() for ids, _, _ in data]
     keep = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
     head = DraftHead(target, vocab=_vocabulary(rows, plan.vocab, target.vocab_size, keep))
     losses = _train(head, data, plan, report)
