@@ -113,7 +113,7 @@ class DistillPlan:
     temperature: float = 0.7
     batch: int = 32
     vocab: int = 8192
-    epochs: int = 6
+    epochs: int = 10
     lr: float = 3e-3
     batch_rows: int = 8
     feature_weight: float = 1.0
