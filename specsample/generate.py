@@ -30,6 +30,7 @@ __all__ = [
     "prepare_prompt",
     "run_plain",
     "run_rounds",
+    "tally_round",
 ]
 
 
@@ -158,13 +159,20 @@ def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOption
         state, result = round_step(state, target, drafter, k=k, params=run.params, uniforms=u,
                                    eos=run.eos_token_id, check=run.check, verifier=verifier,
                                    draft_lengths=draft_lengths)
-        counts = host_ints(xp.concat([xp.astype(a, xp.int64) for a in (
-            result.verdict.num_accepted, result.emitted, result.active, result.drafted)]))
-        metrics = tally(metrics, k=k, accepted=counts[:batch], emitted=counts[batch:2 * batch],
-                        active=[bool(v) for v in counts[2 * batch:3 * batch]],
-                        elapsed_s=time.perf_counter() - began, drafted=counts[3 * batch:])
+        metrics = tally_round(metrics, result, k=k, began=began)
         yield Step(index=index, k=k, result=result, state=state, metrics=metrics)
         index += 1
+
+
+def tally_round(metrics: Metrics, result: RoundResult, *, k: int, began: float) -> Metrics:
+    """`metrics` plus one round's counts (one host read) and its time since `began`."""
+    xp = namespace(result.emitted)
+    batch = int(result.emitted.shape[0])
+    counts = host_ints(xp.concat([xp.astype(a, xp.int64) for a in (
+        result.verdict.num_accepted, result.emitted, result.active, result.drafted)]))
+    return tally(metrics, k=k, accepted=counts[:batch], emitted=counts[batch:2 * batch],
+                 active=[bool(v) for v in counts[2 * batch:3 * batch]],
+                 elapsed_s=time.perf_counter() - began, drafted=counts[3 * batch:])
 
 
 def last_step(steps: Iterator[Step]) -> Step:

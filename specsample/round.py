@@ -14,7 +14,7 @@ from specsample.sample import sample
 from specsample.verify import Verdict, verify
 from specsample.warp import warp
 
-__all__ = ["RoundResult", "State", "round_step", "start"]
+__all__ = ["RoundResult", "State", "commit_verdict", "round_step", "start"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -101,6 +101,19 @@ def _emitted(xp: Any, verdict: Verdict, state: State, eos: int | None) -> Array:
     return xp.where(state.done, 0, count)
 
 
+def commit_verdict(state: State, verdict: Verdict, eos: int | None) -> tuple[Array, Array, Array, Array]:
+    """The committed tokens, lengths and done flags after `verdict`, and the tokens each row
+    emitted (up to the first EOS and the row's stop length; 0 for rows already done)."""
+    xp = namespace(state.tokens)
+    emitted = _emitted(xp, verdict, state, eos)
+    tokens = _write(xp, state.tokens, state.lengths, verdict.tokens, emitted)
+    lengths = state.lengths + emitted
+    done = state.done | (lengths >= state.stop_lengths)
+    if eos is not None:
+        done = done | xp.any((tokens == eos) & _window(xp, tokens, state.lengths, emitted), axis=1)
+    return tokens, lengths, done, emitted
+
+
 def _write(xp: Any, buffer: Array, lengths: Array, new: Array, count: Array) -> Array:
     """buffer[b, lengths[b] + j] = new[b, j] for j < count[b], without scatter."""
     width = int(new.shape[1])
@@ -141,17 +154,11 @@ def round_step(state: State, target: Model, drafter: Drafter, *, k: int, params:
     """
     check_int("k", k, 0)
     check_live(state.target_cache, "state.target_cache")
-    xp = namespace(state.tokens)
     step = _plain_step if k == 0 else _speculative_step
     verdict, cache, draft_state, drafted, features = step(
         state, target, drafter, k=k, params=params, uniforms=uniforms, check=check,
         verifier=verifier, draft_lengths=draft_lengths)
-    emitted = _emitted(xp, verdict, state, eos)
-    tokens = _write(xp, state.tokens, state.lengths, verdict.tokens, emitted)
-    lengths = state.lengths + emitted
-    done = state.done | (lengths >= state.stop_lengths)
-    if eos is not None:
-        done = done | xp.any((tokens == eos) & _window(xp, tokens, state.lengths, emitted), axis=1)
+    tokens, lengths, done, emitted = commit_verdict(state, verdict, eos)
     new = State(tokens=tokens, lengths=lengths, stop_lengths=state.stop_lengths,
                 target_cache=rollback(cache, lengths - 1),
                 draft_state=drafter.advance(draft_state, lengths) if features is None else

@@ -101,10 +101,14 @@ class SuffixTreeDrafter:
         out_tokens = np.zeros((rows.shape[0], nodes), dtype=np.int64)
         out_parents = np.full((rows.shape[0], nodes), -1, dtype=np.int64)
         sizes = np.zeros(rows.shape[0], dtype=np.int64)
+        built: dict[bytes, list[tuple[int, int]]] = {}  # rows with one context share its tree
         for b, length in enumerate(host_ints(lengths)):
             if not 1 <= length <= rows.shape[1]:
                 raise ValueError(f"lengths: expected values in [1, {rows.shape[1]}], got {length}")
-            chosen = self._tree(rows[b, :length], nodes, depth)
+            key = rows[b, :length].tobytes()
+            if key not in built:
+                built[key] = self._tree(rows[b, :length], nodes, depth)
+            chosen = built[key]
             sizes[b] = len(chosen)
             for i, (token, parent) in enumerate(chosen):
                 out_tokens[b, i], out_parents[b, i] = token, parent

@@ -15,13 +15,13 @@ from typing import Any, Protocol, runtime_checkable
 
 from specsample._array import Array, check_int, device, host_ints, namespace
 from specsample.cache import Cache, check_live, rollback
-from specsample.generate import Generation, Step, finish, prepare_prompt
-from specsample.metrics import Metrics, tally
+from specsample.generate import Generation, Step, finish, prepare_prompt, tally_round
+from specsample.metrics import Metrics
 from specsample.options import RunOptions
 from specsample.params import SamplingParams
 from specsample.protocols import Model
 from specsample.rng import Seed, round_uniforms
-from specsample.round import RoundResult, State, _emitted, _window, _write, start
+from specsample.round import RoundResult, State, commit_verdict, start
 from specsample.sample import sample
 from specsample.suffix import TreeProposal
 from specsample.verify import Verdict
@@ -103,12 +103,7 @@ def tree_round_step(state: State, target: TreeModel, drafter: TreeDrafter, *, no
         verdict = Verdict(tokens=tree_verdict.tokens, num_accepted=tree_verdict.num_accepted)
         path = tree_verdict.path
     cache = target.commit_path(cache, state.lengths, path)
-    emitted = _emitted(xp, verdict, state, eos)
-    committed = _write(xp, state.tokens, state.lengths, verdict.tokens, emitted)
-    lengths = state.lengths + emitted
-    done = state.done | (lengths >= state.stop_lengths)
-    if eos is not None:
-        done = done | xp.any((committed == eos) & _window(xp, committed, state.lengths, emitted), axis=1)
+    committed, lengths, done, emitted = commit_verdict(state, verdict, eos)
     new = State(tokens=committed, lengths=lengths, stop_lengths=state.stop_lengths,
                 target_cache=rollback(cache, lengths - 1),
                 draft_state=drafter.advance(state.draft_state, lengths), done=done)
@@ -160,11 +155,7 @@ def run_tree_rounds(target: TreeModel, drafter: TreeDrafter, input_ids: Array, r
         u = round_uniforms(run.seed, index, batch, nodes, like=state.tokens)[:, nodes:]  # [B, N+1]
         state, result = tree_round_step(state, target, drafter, nodes=nodes, depth=depth, params=run.params,
                                         uniforms=u, eos=run.eos_token_id, check=run.check, verifier=rule)
-        counts = host_ints(xp.concat([xp.astype(a, xp.int64) for a in (
-            result.verdict.num_accepted, result.emitted, result.active, result.drafted)]))
-        metrics = tally(metrics, k=nodes, accepted=counts[:batch], emitted=counts[batch:2 * batch],
-                        active=[bool(v) for v in counts[2 * batch:3 * batch]],
-                        elapsed_s=time.perf_counter() - began, drafted=counts[3 * batch:])
+        metrics = tally_round(metrics, result, k=nodes, began=began)
         yield Step(index=index, k=nodes, result=result, state=state, metrics=metrics)
         index += 1
 

@@ -16,7 +16,8 @@ from specsample._array import (
 )
 from specsample.sample import sample
 
-__all__ = ["Verdict", "assemble", "check_inputs", "final_token", "num_accepted", "token_probs", "verify"]
+__all__ = ["Verdict", "assemble", "check_inputs", "check_lengths", "final_token", "num_accepted",
+           "token_probs", "verify"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -56,17 +57,18 @@ def check_inputs(draft_tokens: Array, draft_probs: Array | None, target_probs: A
             raise ValueError("draft_probs: expected q(x) > 0 for every drafted token x (the law it "
                              "was sampled from), got q(x) = 0 for some draft token")
     if draft_lengths is not None:
-        _check_lengths(draft_lengths, batch, k1 - 1)
+        check_lengths("draft_lengths", draft_lengths, batch, k1 - 1)
 
 
-def _check_lengths(draft_lengths: Array, batch: int, k: int) -> None:
-    xp = namespace(draft_lengths)
-    check_shape("draft_lengths", draft_lengths, (batch,))
-    if not xp.isdtype(draft_lengths.dtype, "integral"):
-        raise TypeError(f"draft_lengths: expected an integer array, got dtype {draft_lengths.dtype}")
-    if batch and (bool(xp.any(draft_lengths < 0)) or bool(xp.any(draft_lengths > k))):
-        raise ValueError(f"draft_lengths: expected values in [0, {k}], got range "
-                         f"[{int(xp.min(draft_lengths))}, {int(xp.max(draft_lengths))}]")
+def check_lengths(name: str, lengths: Array, batch: int, k: int) -> None:
+    """Raise unless `lengths` is an integer array [batch] with values in [0, k]."""
+    xp = namespace(lengths)
+    check_shape(name, lengths, (batch,))
+    if not xp.isdtype(lengths.dtype, "integral"):
+        raise TypeError(f"{name}: expected an integer array, got dtype {lengths.dtype}")
+    if batch and (bool(xp.any(lengths < 0)) or bool(xp.any(lengths > k))):
+        raise ValueError(f"{name}: expected values in [0, {k}], got range "
+                         f"[{int(xp.min(lengths))}, {int(xp.max(lengths))}]")
 
 
 def verify(draft_tokens: Array, draft_probs: Array | None, target_probs: Array,

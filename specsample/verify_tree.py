@@ -31,17 +31,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from specsample._array import (
-    Array,
-    check_probs,
-    check_shape,
-    check_tokens,
-    check_uniforms,
-    device,
-    host_ints,
-    namespace,
-)
+from specsample._array import Array, check_shape, device, host_ints, namespace
 from specsample.sample import sample
+from specsample.verify import check_inputs, check_lengths
 
 __all__ = ["TreeVerdict", "check_parents", "tree_depth", "tree_walk", "verify_tree"]
 
@@ -192,30 +184,8 @@ def tree_walk(tokens: Array, parents: Array, laws: Laws, target_probs: Array, un
 
 def _check_inputs(draft_tokens: Array, parents: Array, draft_probs: Array | None, target_probs: Array,
                   uniforms: Array, tree_sizes: Array | None) -> None:
-    namespace(draft_tokens, parents, target_probs, uniforms,
-              *(a for a in (draft_probs, tree_sizes) if a is not None))
-    check_shape("target_probs", target_probs, (None, None, None))
-    batch, n1, vocab = (int(d) for d in target_probs.shape)
-    if n1 < 2:
-        raise ValueError(f"target_probs: expected shape [B, N+1, V] with N >= 1, got {[batch, n1, vocab]}")
-    check_shape("draft_tokens", draft_tokens, (batch, n1 - 1))
-    check_tokens("draft_tokens", draft_tokens, vocab)
-    check_shape("uniforms", uniforms, (batch, n1))
-    check_uniforms("uniforms", uniforms)
-    check_probs("target_probs", target_probs)
-    if draft_probs is not None:
-        check_shape("draft_probs", draft_probs, (batch, n1 - 1, vocab))
-        check_probs("draft_probs", draft_probs)
-        xp = namespace(draft_probs)
-        q_x = xp.take_along_axis(draft_probs, xp.astype(draft_tokens, xp.int64)[..., None], axis=-1)
-        if bool(xp.any(q_x <= 0)):
-            raise ValueError("draft_probs: expected q(x) > 0 for every drafted token x (the law it "
-                             "was drawn from), got q(x) = 0 for some node")
+    """A tree of N nodes has a chain's shapes with K = N (and parents, sizes on top)."""
+    namespace(parents, *(a for a in (tree_sizes,) if a is not None))
+    check_inputs(draft_tokens, draft_probs, target_probs, uniforms)
     if tree_sizes is not None:
-        xp = namespace(tree_sizes)
-        check_shape("tree_sizes", tree_sizes, (batch,))
-        if not xp.isdtype(tree_sizes.dtype, "integral"):
-            raise TypeError(f"tree_sizes: expected an integer array, got dtype {tree_sizes.dtype}")
-        if batch and (bool(xp.any(tree_sizes < 0)) or bool(xp.any(tree_sizes > n1 - 1))):
-            raise ValueError(f"tree_sizes: expected values in [0, {n1 - 1}], got range "
-                             f"[{int(xp.min(tree_sizes))}, {int(xp.max(tree_sizes))}]")
+        check_lengths("tree_sizes", tree_sizes, int(draft_tokens.shape[0]), int(draft_tokens.shape[1]))
