@@ -55,19 +55,25 @@ class SuffixTreeDrafter:
         ngram_max: the longest suffix tried, >= ngram_min.
         ngram_min: the shortest suffix tried, >= 1.
         max_matches: the most recent occurrences used, >= 1.
+        confident: the shortest matching suffix that earns the whole budget; after a
+            shorter match the tree is one node (a wide verify is not free on a CPU, and a
+            one-token match is a weak guess), as prompt lookup's `confident` does; clipped
+            to [ngram_min, ngram_max].
     """
 
     def __init__(self, nodes: int = 8, depth: int = 4, ngram_max: int = 3, ngram_min: int = 1,
-                 max_matches: int = 64) -> None:
+                 max_matches: int = 64, confident: int = 2) -> None:
         check_int("nodes", nodes, 1)
         check_int("depth", depth, 1)
         check_int("ngram_max", ngram_max, 1)
         check_int("ngram_min", ngram_min, 1)
         check_int("max_matches", max_matches, 1)
+        check_int("confident", confident, 1)
         if ngram_min > ngram_max:
             raise ValueError(f"ngram_min: expected <= ngram_max = {ngram_max}, got {ngram_min}")
         self.nodes, self.depth = nodes, depth
         self.ngram_max, self.ngram_min, self.max_matches = ngram_max, ngram_min, max_matches
+        self.confident = min(max(confident, ngram_min), ngram_max)
 
     def __repr__(self) -> str:
         return f"SuffixTreeDrafter(nodes={self.nodes}, depth={self.depth})"
@@ -117,8 +123,9 @@ class SuffixTreeDrafter:
                             parents=xp.asarray(out_parents, device=where),
                             sizes=xp.asarray(sizes, device=where))
 
-    def _matches(self, context: np.ndarray) -> list[int]:
-        """Ends e <= L-2 of the earlier occurrences of the longest matching suffix, latest first."""
+    def _matches(self, context: np.ndarray) -> tuple[int, list[int]]:
+        """The longest matching suffix's length n and the ends e <= L-2 of its earlier
+        occurrences, latest first ((0, []) without a match)."""
         length = len(context)
         for n in range(min(self.ngram_max, length - 1), self.ngram_min - 1, -1):
             suffix = context[length - n:]
@@ -128,14 +135,16 @@ class SuffixTreeDrafter:
                 hit &= context[ends - j] == suffix[n - 1 - j]
             found = ends[hit][::-1][:self.max_matches]
             if len(found):
-                return [int(e) for e in found]
-        return []
+                return n, [int(e) for e in found]
+        return 0, []
 
     def _tree(self, context: np.ndarray, nodes: int, depth: int) -> list[tuple[int, int]]:
         """(token, parent index) of the chosen nodes, best first."""
-        ends = self._matches(context)
+        matched, ends = self._matches(context)
         if not ends:
             return []
+        if matched < self.confident:
+            nodes = 1
         length = len(context)
         trie: dict[tuple[int, ...], int] = {}  # path of tokens -> matches through it
         for end in ends:

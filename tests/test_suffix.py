@@ -68,3 +68,9 @@ def test_bad_budgets_and_lengths_are_clear_errors() -> None:
         drafter.propose_tree(np.array([[1, 2]]), np.array([2]), 4, 0)
     with pytest.raises(ValueError, match=r"lengths: expected values in \[1, 2\]"):
         drafter.propose_tree(np.array([[1, 2]]), np.array([3]), 4, 2)
+
+
+def test_a_one_token_match_earns_one_node_only() -> None:
+    # Only the last token, 7, occurred before: a weak guess gets a one-node tree.
+    assert _tree([5, 9, 7, 3, 7], nodes=8, depth=3) == [(3, -1)]
+    assert len(_tree([5, 9, 7, 3, 7], nodes=8, depth=3, confident=1)) == 3
