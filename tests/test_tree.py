@@ -92,8 +92,8 @@ def test_greedy_equals_plain_decoding(target: HFModel) -> None:
     lengths = torch.tensor([10, 7])
     plain = generate_plain(target, ids, max_new_tokens=40, params=GREEDY, prompt_lengths=lengths)
     for nodes, depth in ((1, 1), (6, 3), (12, 5)):
-        spec = generate_tree(target, SuffixTreeDrafter(), ids, max_new_tokens=40, params=GREEDY,
-                             nodes=nodes, depth=depth, prompt_lengths=lengths)
+        spec = generate_tree(target, SuffixTreeDrafter(nodes=nodes, depth=depth), ids, max_new_tokens=40,
+                             params=GREEDY, prompt_lengths=lengths)
         assert torch.equal(spec.sequences, plain.sequences), (nodes, depth)
         assert spec.metrics.accepted > 0
 
@@ -104,8 +104,8 @@ def _first_tokens(target: HFModel, tree: bool, verifier=None) -> np.ndarray:  # 
         out = generate_plain(target, ids, max_new_tokens=2, params=HOT, seed=11)
     else:
         extra = {} if verifier is None else {"verifier": verifier}
-        out = generate_tree(target, SuffixTreeDrafter(), ids, max_new_tokens=2, params=HOT, seed=12,
-                            nodes=6, depth=3, **extra)
+        out = generate_tree(target, SuffixTreeDrafter(nodes=6, depth=3), ids, max_new_tokens=2, params=HOT,
+                            seed=12, **extra)
     return out.sequences[:, len(PROMPT):len(PROMPT) + 2].numpy()
 
 
