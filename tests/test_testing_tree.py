@@ -14,6 +14,7 @@ from test_generate import PROMPT, VOCAB, expected_law, models
 
 from specsample import ModelDrafter, SamplingParams, get_backend
 from specsample.testing import PrefixLaws, broken, goodness_of_fit, homogeneity, tree_samples
+from specsample.verify import verify
 from specsample.warp import warp
 
 ROWS = 200_000
@@ -137,3 +138,94 @@ def test_bad_arguments() -> None:
         PrefixLaws(target, np.array([PROMPT, PROMPT]), lambda x: (x, x), depth=1)
     with pytest.raises(TypeError, match="model: expected a specsample Model"):
         PrefixLaws(object(), prompt, lambda x: (x, x), depth=1)  # type: ignore[arg-type]
+
+
+# Trees: a tiny random Llama (V = 8, float64: the tree sampler's per-prefix laws and the
+# engine's tree forward agree to ~1e-15, so no uniform falls between them) with a prompt
+# whose suffix recurs, so that the suffix drafter builds trees of several nodes.
+TREE_PROMPT = [1, 5, 2, 7, 1, 5, 3, 1, 5, 2]
+
+
+def _llama() -> object:
+    import torch
+    from specsample_backends.torch import HFModel
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    return HFModel(LlamaForCausalLM(config).eval().double())
+
+
+def test_a_tree_drafters_rows_are_the_engines_rows() -> None:
+    # Row b of the tree sampler reads the uniforms row b of `generate` reads, and the laws
+    # agree: the samples are the same, token for token (a wrong uniform column or node law
+    # would break this on most rows).
+    import torch
+
+    from specsample.generate import generate
+    from specsample.suffix import SuffixTreeDrafter
+
+    target, drafter = _llama(), SuffixTreeDrafter(nodes=6, depth=3)
+    params = SamplingParams(temperature=1.0)
+    spec, _, _ = tree_samples(target, drafter, torch.tensor([TREE_PROMPT]), n=300, k=1,
+                              params=params, seed=4)
+    engine = generate(target, drafter, torch.tensor([TREE_PROMPT] * 300), max_new_tokens=3,
+                      params=params, seed=4)
+    assert engine.metrics.accepted > 0
+    assert np.array_equal(spec, engine.sequences[:, len(TREE_PROMPT):].numpy())
+
+
+def _tree_law(target: object, params: SamplingParams) -> np.ndarray:
+    """The target's law of the first 2 tokens after TREE_PROMPT: [64], outcome 8 a + b."""
+    import torch
+
+    laws = PrefixLaws(target, torch.tensor([TREE_PROMPT]),  # type: ignore[arg-type]
+                      lambda x: (warp(x, params),) * 2, depth=1)
+    first = laws.rows([()])[0][0].numpy()
+    second = laws.rows([(a,) for a in range(8)])[0].numpy()
+    law: np.ndarray = (first[:, None] * second).reshape(-1)
+    return law / law.sum()
+
+
+# n = 200,000 rows, the first 2 tokens (M = 64 outcomes): tau = sqrt((ln(2^64 - 2) + ln(1e4))
+# / 2n) ~= 0.0116 at false-failure <= 1e-4 (plus <= 1e-4 for the G-test); a law at TV >= 0.024
+# is caught with probability >= 1 - 1e-4. The residual that keeps a rejected sibling's mass
+# must fail; q = 1 in the ratio is the one-hot q of deterministic candidates, so for these
+# trees that rule is the right one and must pass (it is wrong for sampled siblings).
+@pytest.mark.parametrize("rule", [None, "tree-without-residual", "tree-q-one"])
+def test_tree_rounds_follow_the_target_law_and_broken_tree_rules_do_not(rule: str | None) -> None:
+    import torch
+
+    from specsample.suffix import SuffixTreeDrafter
+
+    target, params = _llama(), SamplingParams(temperature=1.0)
+    verifier = broken.TREE_VERIFIERS[rule] if rule else verify
+    spec, plain, counts = tree_samples(target, SuffixTreeDrafter(nodes=6, depth=3),
+                                       torch.tensor([TREE_PROMPT]), n=ROWS, k=1, params=params,
+                                       seed=9, length=2, verifier=verifier, batch=8192)
+    law = _tree_law(target, params)
+    result = goodness_of_fit(spec[:, 0] * 8 + spec[:, 1], law)
+    assert result.passed == (rule != "tree-without-residual"), str(result)
+    assert goodness_of_fit(plain[:, 0] * 8 + plain[:, 1], law).passed
+    assert counts["laws"] < 200  # per prefix, not per row
+
+
+def test_the_tree_sampler_refuses_a_chain_rule_for_trees_and_sampled_trees() -> None:
+    import torch
+
+    from specsample.suffix import SuffixTreeDrafter, TreeProposal
+
+    target, prompt = _llama(), torch.tensor([TREE_PROMPT])
+    with pytest.raises(ValueError, match="verifier: a tree drafter is verified by the tree rule"):
+        tree_samples(target, SuffixTreeDrafter(), prompt, n=10, k=1, params=SamplingParams(), seed=0,
+                     verifier=broken.VERIFIERS["resample-from-p"])
+
+    class Sampled(SuffixTreeDrafter):
+        def propose_tree(self, tokens, lengths, nodes, depth):  # type: ignore[no-untyped-def]
+            tree = super().propose_tree(tokens, lengths, nodes, depth)
+            probs = np.full((*tree.tokens.shape, 8), 1 / 8)
+            return TreeProposal(tokens=tree.tokens, parents=tree.parents, sizes=tree.sizes, probs=probs)
+
+    with pytest.raises(TypeError, match="drafter: the tree sampler verifies deterministic trees"):
+        tree_samples(target, Sampled(), prompt, n=10, k=1, params=SamplingParams(), seed=0)

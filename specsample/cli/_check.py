@@ -51,7 +51,7 @@ def add_parser(sub: Any) -> None:
                         help="tree: exact laws per distinct prefix, shared by rows (large n); "
                              "engine: the backend's own generate, caches and all (smaller n); "
                              "auto: tree where the backend runs the core round with a model "
-                             "draft (e.g. --draft int8), else engine")
+                             "draft (e.g. --draft int8) or a tree drafter (suffix-tree), else engine")
     parser.add_argument("--n", "--samples", dest="n", type=int, default=None,
                         help="samples per method and setting (--samples under torchrun, whose "
                              "own options --nnodes, --nproc-per-node make --n ambiguous; default: "
@@ -159,8 +159,9 @@ def _tree(runner: Runner, args: argparse.Namespace, prompt: Any, params: Samplin
 
     def part(r: int) -> tuple[np.ndarray, np.ndarray]:
         first, stop = r * args.n // shard.world, (r + 1) * args.n // shard.world
+        k = runner.config.k if isinstance(runner.config.k, int) else 1  # a tree drafter's budget is its own
         spec, plain, counts = tree_samples(runner.target, runner.drafter, prompt, n=stop - first,
-                                           first_row=first, k=int(runner.config.k), params=params,
+                                           first_row=first, k=k, params=params,
                                            seed=runner.config.seed, verifier=verifier,
                                            lookahead=broken.LOOKAHEAD.get(args.broken or "", 0),
                                            progress=bar.update)
@@ -184,18 +185,26 @@ def _mode(args: argparse.Namespace, runner: Runner) -> str:
     config, drafter = runner.config, runner.drafter
     runs_core: Any = CoreBackend.generate
     own_engine = type(runner.backend).generate is not runs_core  # e.g. the static engine
-    # The tree sampler reads a model drafter's laws per prefix; a feature head also needs the
-    # target's features of each round, which only the engine gives it.
-    tree_ok = isinstance(drafter, ModelDrafter) and not isinstance(drafter, FeatureDrafter)
+    # The tree sampler reads a model drafter's laws per prefix, or builds a deterministic
+    # tree per distinct context; a feature head also needs the target's features of each
+    # round, which only the engine gives it.
+    trees = isinstance(drafter, TreeDrafter)
+    tree_ok = trees or (isinstance(drafter, ModelDrafter) and not isinstance(drafter, FeatureDrafter))
     if args.sampler == "auto":
         args.sampler = "engine" if own_engine or not tree_ok else "tree"
-    rule = (f"the core's {config.verifier} rule" if args.broken is None
+    if args.broken is not None and (args.broken in broken.TREE_VERIFIERS) != trees:
+        wanted = "a tree rule (tree-*)" if trees else "a chain rule (not tree-*)"
+        raise ValueError(f"--broken: a {'tree' if trees else 'chain'} drafter ({config.draft!r}) is "
+                         f"verified by {wanted}, got {args.broken!r}")
+    rule = (f"the core's {'tree' if trees else config.verifier} rule" if args.broken is None
             else f"BROKEN rule {args.broken!r}")
     if args.sampler == "tree":
-        _constant_k(config.k)
+        if not trees:
+            _constant_k(config.k)
         if not tree_ok:
             raise ValueError(f"--draft: the tree sampler needs a draft model (int8, early-exit:N "
-                             f"or a model), got {config.draft!r} (or use --sampler engine)")
+                             f"or a model) or a tree drafter (suffix-tree), got {config.draft!r} "
+                             f"(or use --sampler engine)")
         if args.rows is not None:
             raise ValueError(f"--rows: only the engine sampler draws in calls of rows, got {args.rows} "
                              f"with the tree sampler (or use --sampler engine)")
@@ -248,8 +257,8 @@ def run(args: argparse.Namespace) -> int:
                          f"tokens), got {args.max_new_tokens}")
     config = config_from_args(args)
     chosen = settings(args, config)
-    if args.sampler == "tree":  # fail before loading models
-        _constant_k(config.k)
+    if args.sampler == "tree" and not str(config.draft or "").startswith("suffix-tree"):
+        _constant_k(config.k)  # fail before loading models (a tree drafter's budget is its own)
     runner = load(config)
     backend, tokenizer = runner.backend, runner.tokenizer
     if args.prompt is None:

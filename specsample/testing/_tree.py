@@ -9,7 +9,10 @@ the drafts from q (the drafter's `laws`), the verdict from the acceptance rule (
 unless a broken one is studied), plain tokens from p with `sample`. Nothing else differs
 from a generation, so the law of each row's first L tokens is that of `generate` (resp.
 `generate_plain`) on the same models; what is not exercised is the engine around the rule
-(caches, rollback), which `specsample check --sampler engine` covers at smaller n.
+(caches, rollback), which `specsample check --sampler engine` covers at smaller n. A
+drafter of deterministic trees (the suffix tree) is run the same way: its tree is built
+once per distinct context, the target's law at every node is the law after the node's
+path, and `verify_tree` decides with the row's uniforms, as `run_tree_rounds` lays them out.
 
 Laws after L or more generated tokens can only decide tokens past the first L, which are
 cut: they are replaced by the law after the row's first L - 1 tokens, saving forwards
@@ -33,6 +36,7 @@ from specsample.protocols import FeatureDrafter, Model
 from specsample.rng import Stream, round_uniforms, uniforms
 from specsample.sample import sample
 from specsample.verify import Verdict, verify
+from specsample.verify_tree import verify_tree
 from specsample.warp import warp
 
 __all__ = ["PrefixLaws", "tree_samples"]
@@ -191,6 +195,79 @@ def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], 
         step += 1
 
 
+def _node_keys(context: Key, tokens: NDArray[np.int64], parents: NDArray[np.int64], size: int,
+               cut: int) -> list[Key]:
+    """The prefixes whose laws a tree round reads: the context, then context + the path to
+    each node (nodes past `size` repeat the context's), each cut to `cut` ids."""
+    paths: list[Key] = []
+    for i in range(len(tokens)):
+        if i < size:
+            parent = int(parents[i])
+            paths.append((paths[parent] if parent >= 0 else ()) + (int(tokens[i]),))
+        else:
+            paths.append(())
+    return [(context + path)[:cut] for path in [(), *paths]]
+
+
+def _speculative_tree(target: PrefixLaws, drafter: Any, prompt: NDArray[np.int64],
+                      out: NDArray[np.int64], *, length: int, cut: int, seed: int,
+                      row_ids: NDArray[np.int64], verifier: Callable[..., Any], batch: int) -> None:
+    """Fill `out` [R, length] with tree rounds: each row's deterministic tree from its own
+    context (built once per distinct context), verified as `tree_round_step` does.
+
+    Round t of row b reads the verification columns of `round_uniforms(seed, t, ., N)` of
+    that row, as `run_tree_rounds` lays them out: one test per node, then the final token.
+    """
+    xp = target.xp
+    nodes, depth_max = int(drafter.nodes), int(drafter.depth)
+    trees: dict[Key, tuple[NDArray[np.int64], NDArray[np.int64], int]] = {}
+    depth = np.zeros(out.shape[0], dtype=np.int64)
+    rows_per_call = max(1, batch * 5 // (nodes + 1))  # as many V-wide laws as a chain batch at K = 4
+    step = 0
+    while (active := np.flatnonzero(depth < length)).size:
+        u = round_uniforms(seed, step, active.size, nodes, row_ids=row_ids[active])[:, nodes:]
+        contexts = [tuple(int(t) for t in out[r, : depth[r]]) for r in active]
+        _build_trees(drafter, prompt, [c for c in dict.fromkeys(contexts) if c not in trees],
+                     nodes, depth_max, trees)
+        keys = [_node_keys(c, *trees[c], cut) for c in contexts]
+        target.fill(key for row in keys for key in row)
+        for s in range(0, active.size, rows_per_call):
+            rows, part = active[s:s + rows_per_call], contexts[s:s + rows_per_call]
+            p = xp.stack([target.rows(row)[0] for row in keys[s:s + rows_per_call]])  # [b, N+1, V]
+            where = device(p)
+            tokens, parents = (xp.asarray(np.stack([trees[c][i] for c in part]), dtype=xp.int64,
+                                          device=where) for i in (0, 1))
+            sizes = xp.asarray([trees[c][2] for c in part], dtype=xp.int64, device=where)
+            verdict = verifier(tokens, parents, None, p, _on(u[s:s + rows_per_call], p),
+                               depth=depth_max, tree_sizes=sizes, check=False)
+            got, count = _numpy(verdict.tokens), _numpy(verdict.num_accepted) + 1
+            for i, r in enumerate(rows):
+                take = min(int(count[i]), length - int(depth[r]))
+                out[r, depth[r]: depth[r] + take] = got[i, :take]
+                depth[r] += take
+        step += 1
+
+
+def _build_trees(drafter: Any, prompt: NDArray[np.int64], contexts: list[Key], nodes: int,
+                 depth: int, trees: dict[Key, tuple[NDArray[np.int64], NDArray[np.int64], int]]
+                 ) -> None:
+    """The drafter's tree after prompt + each context, in one call, into `trees`."""
+    if not contexts:
+        return
+    width = prompt.shape[1] + max(len(c) for c in contexts)
+    ids = np.zeros((len(contexts), width), dtype=np.int64)
+    for i, c in enumerate(contexts):
+        ids[i, : prompt.shape[1] + len(c)] = np.concatenate([prompt[0], np.asarray(c, dtype=np.int64)])
+    lengths = np.array([prompt.shape[1] + len(c) for c in contexts], dtype=np.int64)
+    tree = drafter.propose_tree(ids, lengths, nodes, depth)
+    if tree.probs is not None:
+        raise TypeError(f"drafter: the tree sampler verifies deterministic trees (probs None); "
+                        f"{type(drafter).__name__} drew its tree from a law: sample through the engine")
+    tokens, parents, sizes = _numpy(tree.tokens), _numpy(tree.parents), _numpy(tree.sizes)
+    for i, c in enumerate(contexts):
+        trees[c] = (tokens[i].astype(np.int64), parents[i].astype(np.int64), int(sizes[i]))
+
+
 def _plain(target: PrefixLaws, out: NDArray[np.int64], *, length: int, seed: int,
            row_ids: NDArray[np.int64], batch: int) -> None:
     """Fill `out` [R, length] token by token from p; token d of row b reads the plain stream's
@@ -217,7 +294,9 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
     Args:
         target: the target Model.
         drafter: a model drafter: a `model` (a Model) and `laws(logits, params, check=)`,
-            as `ModelDrafter`.
+            as `ModelDrafter`; or a tree drafter of deterministic trees (`propose_tree`,
+            `nodes`, `depth`, as `SuffixTreeDrafter`), whose rounds are verified by
+            `verify_tree` (k is then unused: the budget is the drafter's).
         prompt: int64 [1, T] ids.
         n: rows per method, >= 1.
         k: draft tokens per round, >= 1.
@@ -228,7 +307,8 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         length: tokens per row, >= 1.
         first_row: the global index of the first row (the rows are first_row ..
             first_row + n - 1), for a call that computes one shard of a larger sample.
-        verifier: the acceptance rule.
+        verifier: the acceptance rule (a tree rule for a tree drafter; `verify`, the
+            default, then means `verify_tree`).
         lookahead: how many positions past its own the rule reads (0 for `verify`); laws
             after up to length - 1 + lookahead ids are then computed exactly.
         chunk: rows per block; the deepest laws are dropped between blocks.
@@ -243,12 +323,13 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params: expected SamplingParams, got {type(params).__name__}")
     model = getattr(drafter, "model", None)
+    tree = callable(getattr(drafter, "propose_tree", None))
     if isinstance(drafter, FeatureDrafter):
         raise TypeError(f"drafter: a {type(drafter).__name__} reads the target's features of each "
                         f"round, which the tree sampler does not compute; sample through the engine")
-    if not isinstance(model, Model) or not callable(getattr(drafter, "laws", None)):
-        raise TypeError(f"drafter: expected a model drafter (a `model` and `laws`), got "
-                        f"{type(drafter).__name__}")
+    if not tree and (not isinstance(model, Model) or not callable(getattr(drafter, "laws", None))):
+        raise TypeError(f"drafter: expected a model drafter (a `model` and `laws`) or a tree "
+                        f"drafter (`propose_tree`), got {type(drafter).__name__}")
     n, k, length = check_int("n", n, 1), check_int("k", k, 1), check_int("length", length, 1)
     cut = length - 1 + check_int("lookahead", lookahead, 0)
     chunk, batch = check_int("chunk", chunk, 1), check_int("batch", batch, 1)
@@ -263,18 +344,30 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         return drafter.laws(logits, params, check=True)  # type: ignore[no-any-return]
 
     p = PrefixLaws(target, prompt, target_law, depth=cut)
-    q = PrefixLaws(model, prompt, draft_law, depth=cut)
+    q = None if tree else PrefixLaws(model, prompt, draft_law, depth=cut)  # type: ignore[arg-type]
+    if tree:
+        from specsample.tree import tree_rule  # the round module sits above the testing kit
+
+        check_int("drafter.nodes", drafter.nodes, 1)
+        check_int("drafter.depth", drafter.depth, 1)
+        rule = verify_tree if verifier is verify else tree_rule(verifier)
     spec = np.full((n, length), -1, dtype=np.int64)
     plain = np.full((n, length), -1, dtype=np.int64)
     for start in range(0, n, chunk):
         block = slice(start, min(n, start + chunk))
         ids = np.arange(first_row + block.start, first_row + block.stop, dtype=np.int64)
-        _speculative(p, q, spec[block], k=k, length=length, cut=cut, seed=seed, row_ids=ids,
-                     verifier=verifier, batch=batch)
+        if q is None:
+            _speculative_tree(p, drafter, _numpy(prompt).astype(np.int64), spec[block], length=length,
+                              cut=cut, seed=seed, row_ids=ids, verifier=rule, batch=batch)
+        else:
+            _speculative(p, q, spec[block], k=k, length=length, cut=cut, seed=seed, row_ids=ids,
+                         verifier=verifier, batch=batch)
         _plain(p, plain[block], length=length, seed=seed, row_ids=ids, batch=batch)
         if progress is not None:
             progress(2 * (block.stop - block.start))
         if cut > 0:
             p.forget(cut)
-            q.forget(cut)
-    return spec, plain, {"laws": p.computed + q.computed, "forwarded": p.forwarded + q.forwarded}
+            if q is not None:
+                q.forget(cut)
+    drafts = (0, 0) if q is None else (q.computed, q.forwarded)
+    return spec, plain, {"laws": p.computed + drafts[0], "forwarded": p.forwarded + drafts[1]}
