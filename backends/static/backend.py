@@ -17,6 +17,7 @@ from specsample.drafters import ModelDrafter
 from specsample.generate import Generation, Step, finish, prepare_prompt
 from specsample.options import RunOptions
 from specsample.protocols import Drafter, Model
+from specsample.tree import TreeDrafter
 
 from .engine import Capture, Engine, EngineOptions, static_stack
 from .pieces import RULES
@@ -116,13 +117,14 @@ class StaticBackend(CoreBackend):
         """The target model ("smollm2", the default; a directory, a .gguf file); a Llama architecture."""
         return loading.load_target(spec or DEFAULT_TARGET, dtype=self.dtype, device=str(self.device))
 
-    def load_drafter(self, name: str | None, target: HFModel) -> ModelDrafter:
+    def load_drafter(self, name: str | None, target: HFModel) -> ModelDrafter | TreeDrafter:
         """A model drafter: "int8" (the default; compiled pieces only), "early-exit:N" or a draft
-        model spec."""
+        model spec; or a tree drafter ("suffix-tree[:N[xD]]"), whose trees the engine verifies
+        with one graph set per tree budget."""
         drafter = loading.load_drafter(name or DEFAULT_DRAFT, target)
-        if not isinstance(drafter, ModelDrafter):
+        if not isinstance(drafter, (ModelDrafter, TreeDrafter)):
             raise ValueError(f"name: the static engine needs a draft model ('early-exit:N' or a model "
-                             f"spec), got {name!r}")
+                             f"spec) or a tree drafter ('suffix-tree'), got {name!r}")
         _models(self.name, target, drafter)
         self.engine(target, drafter)  # validates now rather than at the first round
         return drafter
@@ -131,18 +133,20 @@ class StaticBackend(CoreBackend):
         """The tokenizer of a model spec (default: the default target's)."""
         return loading.load_tokenizer(spec or DEFAULT_TARGET)
 
-    def engine(self, target: HFModel, drafter: ModelDrafter) -> Engine:
-        """The engine for (target, drafter), built once and kept (its graphs with it)."""
-        key = (id(target), id(drafter))
+    def engine(self, target: HFModel, drafter: ModelDrafter | TreeDrafter) -> Engine:
+        """The engine for (target, drafter), built once and kept (its graphs with it); a tree
+        drafter's engine has no draft model (every tree drafter of a target shares it)."""
+        draft = None if isinstance(drafter, TreeDrafter) else drafter.model
+        key = (id(target), id(draft))
         if key not in self._engines:
             pieces = bool(getattr(self.capture, "pieces", False))
             self._engines[key] = Engine(_stack("target", target, pieces),
-                                        _stack("drafter", drafter.model, pieces),
+                                        None if draft is None else _stack("drafter", draft, pieces),
                                         dtype=target.dtype, device=target.device,
                                         capture=self.capture, options=self.options)
-            if self._engines[key].vocab != drafter.model.vocab_size:
+            if draft is not None and self._engines[key].vocab != draft.vocab_size:
                 raise ValueError(f"drafter: expected the target's vocabulary "
-                                 f"{self._engines[key].vocab}, got {drafter.model.vocab_size}")
+                                 f"{self._engines[key].vocab}, got {draft.vocab_size}")
         return self._engines[key]
 
     def iterate(self, target: Model, drafter: Drafter, input_ids: Any,
@@ -163,7 +167,10 @@ class StaticBackend(CoreBackend):
         run.rows(int(prompt.shape[0]))
         engine = self.engine(model, draft)
         with torch.no_grad():
-            yield from engine.iterate(prompt, lengths, run, threshold=draft.threshold)
+            if isinstance(draft, TreeDrafter):
+                yield from engine.iterate_tree(prompt, lengths, run, draft)
+            else:
+                yield from engine.iterate(prompt, lengths, run, threshold=draft.threshold)
 
     def generate(self, target: Model, drafter: Drafter, input_ids: Any,
                  run: RunOptions) -> Generation:
@@ -172,12 +179,13 @@ class StaticBackend(CoreBackend):
         return finish(self.iterate(target, drafter, ids, run), ids, self._run(run), target.vocab_size)
 
 
-def _models(backend: str, target: Model, drafter: Drafter) -> tuple[HFModel, ModelDrafter]:
+def _models(backend: str, target: Model, drafter: Drafter | TreeDrafter
+            ) -> tuple[HFModel, ModelDrafter | TreeDrafter]:
     """(target, drafter) as the static engine takes them (the core types are wider)."""
     if not isinstance(target, HFModel):
         raise TypeError(f"target: the {backend} backend expected an HFModel, got {type(target).__name__}")
-    if not isinstance(drafter, ModelDrafter):
-        raise TypeError(f"drafter: the {backend} backend expected a ModelDrafter, "
+    if not isinstance(drafter, (ModelDrafter, TreeDrafter)):
+        raise TypeError(f"drafter: the {backend} backend expected a ModelDrafter or a TreeDrafter, "
                         f"got {type(drafter).__name__}")
     return target, drafter
 

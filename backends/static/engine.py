@@ -27,6 +27,7 @@ from specsample.options import RunOptions
 from specsample.params import SamplingParams
 from specsample.rng import round_uniforms
 from specsample.round import RoundResult, State
+from specsample.tree import TreeDrafter
 from specsample.verify import Verdict
 
 from .pieces import (
@@ -38,6 +39,7 @@ from .pieces import (
     stack_config,
 )
 from .steps import KV, PiecewisePrefill, PiecewiseRound, PrefillStep, RoundStep, Slot
+from .tree import MovePathStep, PiecewiseTreeRound, TreeEmbedStep, TreeRoundStep, TreeVerifyStep
 from .warp import knobs
 
 __all__ = ["BUCKETS", "Capture", "Engine", "EngineOptions", "Slot"]
@@ -113,14 +115,15 @@ class Engine:
 
     Args:
         target: the target's Llama stack.
-        draft: the draft's Llama stack (same vocabulary).
+        draft: the draft's Llama stack (same vocabulary), or None for a tree drafter, which
+            proposes on the host (`iterate_tree`).
         kv_shape: per model (layers, H_kv, hd) for (target, draft).
         dtype, device: of the K/V buffers.
         capture: turns step modules into graphs.
         options: buckets, K values, sync cadence.
     """
 
-    def __init__(self, target: LlamaStack, draft: LlamaStack, *, dtype: torch.dtype,
+    def __init__(self, target: LlamaStack, draft: LlamaStack | None, *, dtype: torch.dtype,
                  device: torch.device, capture: Capture, options: EngineOptions) -> None:
         self.target, self.draft = target, draft
         self.dtype, self.device, self.capture, self.options = dtype, device, capture, options
@@ -139,10 +142,12 @@ class Engine:
             if (kind, config) not in self._modules:
                 module: nn.Module
                 if stack is None:
-                    module = DraftSampleStep() if kind == "sample" else \
-                        VerifyStep(kind.removeprefix("verify-"))
+                    module = DraftSampleStep() if kind == "sample" else MovePathStep() \
+                        if kind == "move-path" else TreeVerifyStep(int(kind.removeprefix("tree-verify-"))) \
+                        if kind.startswith("tree-verify-") else VerifyStep(kind.removeprefix("verify-"))
                 else:
-                    module = {"embed": EmbedStep, "layer": LayerStep, "head": HeadStep}[kind](stack)
+                    module = {"embed": EmbedStep, "layer": LayerStep, "head": HeadStep,
+                              "tree-embed": TreeEmbedStep}[kind](stack)
                 self._modules[(kind, config)] = module
             self._captured[key] = self.capture.capture(self._modules[(kind, config)], ())
         return self._captured[key]
@@ -173,7 +178,7 @@ class Engine:
                     stop=torch.ones(batch, **ints), done=torch.ones(batch, dtype=torch.bool,
                                                                      device=self.device),
                     target_kv=self._kv(self.target, batch, capacity),
-                    draft_kv=self._kv(self.draft, batch, capacity),
+                    draft_kv=() if self.draft is None else self._kv(self.draft, batch, capacity),
                     knob=knobs(SamplingParams(), self.vocab, dtype=self._logits_dtype(),
                                device=self.device),
                     eos=torch.tensor(-1, **ints))
@@ -191,6 +196,59 @@ class Engine:
                                       self.capture.capture(RoundStep(self, slot, k, rule),
                                                            (slot.uniforms[k], slot.knob, slot.eos)))
         return slot.rounds[(k, rule)]
+
+    def _tree_round(self, slot: Slot, nodes: int, depth: int
+                    ) -> tuple[Callable[..., Any], tuple[Tensor, ...]]:
+        """The captured tree round of a budget and its input buffers (nodes, parents, sizes,
+        uniforms), built on first use."""
+        key = ("tree", nodes, depth)
+        if key not in slot.trees:
+            batch, dev = int(slot.tokens.shape[0]), self.device
+            buffers = (torch.zeros(batch, nodes, dtype=torch.int64, device=dev),
+                       torch.full((batch, nodes), -1, dtype=torch.int64, device=dev),
+                       torch.zeros(batch, dtype=torch.int64, device=dev),
+                       torch.zeros(batch, nodes + 1, dtype=torch.float64, device=dev))
+            round_ = (PiecewiseTreeRound(self, slot, nodes, depth) if self.pieces else
+                      self.capture.capture(TreeRoundStep(self, slot, depth), (*buffers, slot.knob, slot.eos)))
+            slot.trees[key] = (round_, buffers)
+        return slot.trees[key]
+
+    def iterate_tree(self, prompt: Tensor, lengths: Tensor, run: RunOptions,
+                     drafter: TreeDrafter) -> Iterator[Step]:
+        """Tree rounds until every row stops, yielding a core `Step` after each (the drafter
+        reads the committed tokens every round, so the host syncs every round).
+
+        Round r reads the verification columns of `round_uniforms(seed, r, B, N)`, as
+        `run_tree_rounds` does: the same tokens as the core loop.
+        """
+        if self.target.window is not None:
+            raise ValueError(f"drafter: a tree verify needs full attention, the target has a "
+                             f"sliding window of {self.target.window}")
+        batch, nodes, depth = int(prompt.shape[0]), int(drafter.nodes), int(drafter.depth)
+        width = int(lengths.max())
+        slot = self.slot(batch, self.bucket(max(width + run.max_new_tokens + nodes + 1, run.capacity or 0)))
+        self.load(slot, prompt, lengths, run.max_new_tokens, run.params, run.eos_token_id)
+        if width > 1:
+            self.prefill(slot, prompt, width - 1)
+        round_, (tree_tokens, tree_parents, tree_sizes, u) = self._tree_round(slot, nodes, depth)
+        metrics, index = Metrics(), 0
+        while True:
+            began = time.perf_counter()
+            tree = drafter.propose_tree(slot.tokens, slot.lengths, nodes, depth)
+            tree_tokens.copy_(tree.tokens)
+            tree_parents.copy_(tree.parents)
+            tree_sizes.copy_(tree.sizes)
+            u.copy_(torch.from_numpy(round_uniforms(run.seed, index, batch, nodes)[:, nodes:]))
+            slot.lineage.generation += 1
+            out = tuple(t.clone() for t in round_(tree_tokens, tree_parents, tree_sizes, u, slot.knob,
+                                                   slot.eos))
+            self.capture.boundary()
+            finished, steps, metrics = self._sync(slot, [(index, nodes, out, time.perf_counter() - began)],
+                                                  metrics)
+            index += 1
+            yield from steps
+            if finished:
+                return
 
     def pick_k(self, wanted: int) -> int:
         """The captured K to run for a wanted K: the largest captured <= wanted (else the smallest)."""
@@ -279,10 +337,10 @@ class Engine:
             return Cache(lengths=held, capacity=slot.capacity, buffers=kv, lineage=slot.lineage,
                          generation=slot.lineage.generation)
 
+        draft = None if self.draft is None else \
+            DraftState(cache=cache(slot.draft_kv, (lengths - 2).clamp(min=0)), window=2)
         return State(tokens=slot.tokens.clone(), lengths=lengths, stop_lengths=slot.stop.clone(),
-                     target_cache=cache(slot.target_kv, lengths - 1),
-                     draft_state=DraftState(cache=cache(slot.draft_kv, (lengths - 2).clamp(min=0)),
-                                            window=2),
+                     target_cache=cache(slot.target_kv, lengths - 1), draft_state=draft,
                      done=slot.done.clone())
 
     def _sync(self, slot: Slot, pending: list[Any], metrics: Metrics) -> tuple[bool, list[Step], Metrics]:

@@ -48,6 +48,8 @@ class Slot:
         lineage: the generation counter of the K/V buffers (bumped by every round).
         uniforms: K -> float64 [B, 2K+1], the round graph's random input.
         rounds: (K, rule) -> the captured round; prefill: the captured prefill.
+        trees: ("tree", N, D) -> the captured tree round and its input buffers (nodes,
+            parents, sizes, uniforms [B, N+1]).
     """
 
     tokens: Tensor
@@ -62,6 +64,8 @@ class Slot:
     uniforms: dict[int, Tensor] = dataclasses.field(default_factory=dict)
     rounds: dict[tuple[int, str], Callable[..., Any]] = dataclasses.field(default_factory=dict)
     prefill: Callable[..., Any] | None = None
+    trees: dict[tuple[str, int, int], tuple[Callable[..., Any], tuple[Tensor, ...]]] = \
+        dataclasses.field(default_factory=dict)
 
     @property
     def capacity(self) -> int:
@@ -88,7 +92,8 @@ class PrefillStep(nn.Module):
 
     def forward(self, chunk: Tensor, positions: Tensor) -> Tensor:
         """chunk, positions int64 [B, P]; returns the target's last logits [B, V]."""
-        _forward(self.engine.draft, chunk, positions, self.slot.draft_kv)
+        if self.engine.draft is not None:
+            _forward(self.engine.draft, chunk, positions, self.slot.draft_kv)
         return _forward(self.engine.target, chunk, positions, self.slot.target_kv)[:, -1]
 
 
@@ -218,9 +223,10 @@ class PiecewisePrefill:
 
     def __init__(self, engine: Engine, slot: Slot) -> None:
         self.target = Model(engine, engine.target, slot.target_kv)
-        self.draft = Model(engine, engine.draft, slot.draft_kv)
+        self.draft = None if engine.draft is None else Model(engine, engine.draft, slot.draft_kv)
 
     def __call__(self, chunk: Tensor, positions: Tensor) -> None:
         """Write both models' K/V of the chunk [B, P] at positions [B, P]."""
-        self.draft.hidden(chunk, positions)
+        if self.draft is not None:
+            self.draft.hidden(chunk, positions)
         self.target.hidden(chunk, positions)

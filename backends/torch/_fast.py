@@ -19,7 +19,7 @@ from .parallel import TensorParallel, local
 
 __all__ = ["ARCHITECTURES", "Architecture", "DenseLinear", "LlamaStack", "PreparedLinear", "architecture",
            "attention_mask", "decoder_layer", "embed", "hf_config", "is_supported", "rms_norm",
-           "submodule"]
+           "submodule", "tree_mask"]
 
 Linear = Callable[[Tensor], Tensor]
 
@@ -294,6 +294,26 @@ def attention_mask(slots: Tensor, positions: Tensor, window: int | None) -> Tens
     if window is not None:
         visible = visible & (slots > positions[:, :, None] - window)
     return visible[:, None]
+
+
+def tree_mask(lengths: Tensor, parents: Tensor, slots: Tensor) -> tuple[Tensor, Tensor]:
+    """Positions [B, T] (length + depth - 1) and the mask [B, 1, T, S] of a token tree whose
+    token t sits at slot length + t: the committed slots, then t's ancestors and t."""
+    batch, width = parents.shape
+    eye = torch.eye(width, dtype=torch.bool, device=parents.device).expand(batch, width, width)
+    seen = eye.clone()  # seen[b, t, j]: j is t or an ancestor of t
+    depth = torch.zeros_like(parents)
+    for t in range(width):
+        parent = parents[:, t]
+        has = parent >= 0
+        above = seen.gather(1, parent.clamp(min=0)[:, None, None].expand(batch, 1, width))[:, 0]
+        seen[:, t] |= above & has[:, None]
+        depth[:, t] = torch.where(has, depth.gather(1, parent.clamp(min=0)[:, None])[:, 0] + 1, 0)
+    offset = slots[None, :] - lengths[:, None]  # [B, S]: the tree index of each slot
+    inside = (offset >= 0) & (offset < width)
+    tree = seen.gather(2, offset.clamp(0, width - 1)[:, None, :].expand(batch, width, -1))
+    mask = (offset < 0)[:, None, :] | (inside[:, None, :] & tree)
+    return lengths[:, None] + depth, mask[:, None]
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float, offset: float = 0.0) -> Tensor:

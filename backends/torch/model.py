@@ -19,6 +19,7 @@ from ._fast import (
     attention_mask,
     hf_config,
     is_supported,
+    tree_mask,
 )
 from ._forward import llama_features
 from .parallel import TensorParallel
@@ -239,7 +240,7 @@ class HFModel:
                 positions = slots
                 mask = attention_mask(self._slots[:span], positions, window)  # [B, 1, T, span]
             else:
-                positions, mask = _tree_mask(cache.lengths, parents, self._slots[:span])
+                positions, mask = tree_mask(cache.lengths, parents, self._slots[:span])
             if self.stack is None:
                 logits, hidden = self._generic(tokens, positions, mask, cache.buffers, features, slots)
             else:
@@ -271,23 +272,3 @@ class HFModel:
             return logits[..., : self.vocab]
         pad = logits.new_full((*logits.shape[:-1], self.vocab - logits.shape[-1]), float("-inf"))
         return torch.cat([logits, pad], dim=-1)
-
-
-def _tree_mask(lengths: Tensor, parents: Tensor, slots: Tensor) -> tuple[Tensor, Tensor]:
-    """Positions [B, T] (length + depth - 1) and the mask [B, 1, T, S] of a token tree whose
-    token t sits at slot length + t: the committed slots, then t's ancestors and t."""
-    batch, width = parents.shape
-    eye = torch.eye(width, dtype=torch.bool, device=parents.device).expand(batch, width, width)
-    seen = eye.clone()  # seen[b, t, j]: j is t or an ancestor of t
-    depth = torch.zeros_like(parents)
-    for t in range(width):
-        parent = parents[:, t]
-        has = parent >= 0
-        above = seen.gather(1, parent.clamp(min=0)[:, None, None].expand(batch, 1, width))[:, 0]
-        seen[:, t] |= above & has[:, None]
-        depth[:, t] = torch.where(has, depth.gather(1, parent.clamp(min=0)[:, None])[:, 0] + 1, 0)
-    offset = slots[None, :] - lengths[:, None]  # [B, S]: the tree index of each slot
-    inside = (offset >= 0) & (offset < width)
-    tree = seen.gather(2, offset.clamp(0, width - 1)[:, None, :].expand(batch, width, -1))
-    mask = (offset < 0)[:, None, :] | (inside[:, None, :] & tree)
-    return lengths[:, None] + depth, mask[:, None]

@@ -1,0 +1,216 @@
+"""Draft trees on the static engine: the target scores a whole tree in one captured forward.
+
+A tree drafter (the suffix tree) proposes on the host, from the committed tokens, between
+rounds; its nodes go into fixed [B, N] buffers (rows with fewer nodes are masked by their
+size), so the graphs depend on the budget only: one set per (batch, bucket, N, D), and
+nothing is compiled after warm-up whatever the trees look like. A round feeds the last
+committed token and the N nodes (the tree mask: each attends the committed context, its
+ancestors and itself; position = depth), verifies by recursive rejection sampling
+(`verify_tree`'s walk with one-hot q, the same operations in the same order), commits, and
+moves the accepted path's K/V into place; the rejected branches are dropped by length.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from specsample_backends.torch._fast import LlamaStack, embed, tree_mask
+from specsample_backends.torch._forward import llama_features
+from torch import Tensor, nn
+
+from .verify import commit, sample_tensor
+from .warp import warp_tensor
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .steps import Slot
+
+__all__ = ["MovePathStep", "PiecewiseTreeRound", "TreeEmbedStep", "TreeRoundStep", "TreeVerifyStep",
+           "move_path", "verify_tree_tensor"]
+
+
+def verify_tree_tensor(tokens: Tensor, parents: Tensor, target_probs: Tensor, uniforms: Tensor,
+                       sizes: Tensor, depth: int) -> tuple[Tensor, Tensor, Tensor]:
+    """`verify_tree(tokens, parents, None, target_probs, uniforms, depth=depth,
+    tree_sizes=sizes, check=False)` for deterministic candidates: (tokens [B, D+1],
+    num_accepted [B], path [B, D]).
+
+    Args:
+        tokens: int64 [B, N]; parents: int64 [B, N] (-1: the root; < the node's index).
+        target_probs: [B, N+1, V]; uniforms: [B, N+1]; sizes: int64 [B] in [0, N].
+        depth: D, the verdict's width (>= the deepest node's depth).
+    """
+    p = target_probs
+    batch, nodes = tokens.shape
+    ids = torch.arange(p.shape[-1], device=p.device)[None, :]
+    slots = torch.arange(depth, device=p.device)[None, :]
+    current = torch.full((batch,), -1, dtype=torch.int64, device=p.device)
+    accepted = torch.zeros(batch, dtype=torch.int64, device=p.device)
+    path = torch.full((batch, depth), -1, dtype=torch.int64, device=p.device)
+    residual = p[:, 0, :]  # unnormalised, with its mass
+    mass = residual.sum(dim=-1)
+    for i in range(nodes):
+        tried = (parents[:, i] == current) & (i < sizes)
+        x = tokens[:, i:i + 1]
+        r_x = residual.gather(-1, x)[:, 0]
+        accept = tried & (uniforms[:, i].to(p.dtype) * mass < r_x)
+        left = torch.where(ids == x, (r_x - mass).clamp(min=0.0)[:, None], residual)
+        reject = tried & ~accept
+        left_mass = left.sum(dim=-1)
+        reject_kept = reject & (left_mass > 0)
+        residual = torch.where(accept[:, None], p[:, i + 1, :],
+                               torch.where(reject_kept[:, None], left, residual))
+        mass = torch.where(accept, torch.ones_like(mass), torch.where(reject_kept, left_mass, mass))
+        path = torch.where(accept[:, None] & (slots == accepted[:, None]), i, path)
+        accepted = accepted + accept.long()
+        current = torch.where(accept, i, current)
+    final = sample_tensor(residual, uniforms[:, nodes])
+    on_path = tokens.gather(-1, path.clamp(min=0))  # [B, D]
+    wide = torch.arange(depth + 1, device=p.device)[None, :]
+    padded = torch.cat([on_path, torch.zeros_like(on_path[:, :1])], dim=1)
+    out = torch.where(wide < accepted[:, None], padded,
+                      torch.where(wide == accepted[:, None], final[:, None], -1))
+    return out, accepted, path
+
+
+def move_path(keys: Tensor, values: Tensor, first: Tensor, path: Tensor) -> None:
+    """`HFModel.commit_path` for one layer, in place: the entries at slots first + path[b, j]
+    go to first + j (j with path[b, j] >= 0; the others stay), every source read first."""
+    capacity = keys.shape[2]
+    dst = first[:, None] + torch.arange(path.shape[1], device=path.device)[None, :]  # [B, D]
+    src = torch.where(path >= 0, first[:, None] + path, dst).clamp(max=capacity - 1)
+    dst = dst.clamp(max=capacity - 1)
+    rows = torch.arange(keys.shape[0], device=keys.device)[:, None, None]  # [B, 1, 1]
+    heads = torch.arange(keys.shape[1], device=keys.device)[None, :, None]  # [1, H_kv, 1]
+    for buffer in (keys, values):
+        moved = buffer[rows, heads, src[:, None, :]]  # [B, H_kv, D, hd], a copy
+        buffer.index_put_((rows, heads, dst[:, None, :]), moved)
+
+
+def feed_of(tokens: Tensor, lengths: Tensor, nodes: Tensor, parents: Tensor) -> tuple[Tensor, Tensor]:
+    """The tree forward's input: the last committed token, then the nodes; parents by feed
+    index (-1 for the committed token, node i's parent a_i at feed index a_i + 1)."""
+    last = tokens.gather(1, (lengths - 1)[:, None])  # [B, 1]
+    return torch.cat([last, nodes], dim=1), torch.cat([torch.full_like(last, -1), parents + 1], dim=1)
+
+
+class TreeEmbedStep(nn.Module):
+    """feed, parents [B, T] (by feed index), base [B] (the slot of feed 0) -> (x, cos, sin,
+    the write slots [B, 1, T], the tree's group mask), as `EmbedStep` gives a chain."""
+
+    def __init__(self, stack: LlamaStack) -> None:
+        super().__init__()
+        self.rotary, self.scale = stack.rotary, stack.embed_scale
+        self.heads, self.kv_heads = stack.heads, stack.kv_heads
+
+    def forward(self, feed: Tensor, parents: Tensor, base: Tensor, weight: Tensor,
+                keys: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """`keys` (any layer's K buffer [B, H_kv, C, hd]) only gives C."""
+        batch, width = feed.shape
+        rep = self.heads // self.kv_heads
+        positions, mask = tree_mask(base, parents, torch.arange(keys.shape[2], device=feed.device))
+        write = base[:, None] + torch.arange(width, device=feed.device)[None, :]  # [B, T]
+        x = embed(feed, weight, self.scale)
+        cos, sin = self.rotary(x, positions)
+        group_mask = mask[:, :, None].expand(batch, 1, rep, width, mask.shape[-1]).reshape(
+            batch, 1, rep * width, mask.shape[-1])
+        return x, cos[:, None], sin[:, None], write[:, None, :].contiguous(), group_mask.contiguous()
+
+
+class TreeVerifyStep(nn.Module):
+    """Target logits of a tree -> verdict, committed into the slot's tokens/lengths/done in
+    place; also the accepted path (for `move_path`). The depth D is fixed per graph."""
+
+    def __init__(self, depth: int) -> None:
+        super().__init__()
+        self.depth = depth
+
+    def forward(self, logits: Tensor, nodes: Tensor, parents: Tensor, sizes: Tensor, u: Tensor,
+                knob: Tensor, eos: Tensor, tokens: Tensor, lengths: Tensor, stop: Tensor,
+                done: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(verdict tokens [B, D+1], num_accepted [B], emitted [B], active [B], nodes verified
+        [B], path [B, D])."""
+        verdict, n, path = verify_tree_tensor(nodes, parents, warp_tensor(logits, knob), u, sizes,
+                                              self.depth)
+        active = ~done
+        emitted, new, ended, finished = commit(verdict, n, tokens, lengths, stop, done, eos)
+        tokens.copy_(new)
+        lengths.copy_(ended)
+        done.copy_(finished)
+        return verdict, n, emitted, active, torch.where(active, sizes, 0), path
+
+
+class MovePathStep(nn.Module):
+    """`move_path` on one layer's (keys, values), in place."""
+
+    def forward(self, keys: Tensor, values: Tensor, first: Tensor, path: Tensor) -> Tensor:
+        """Returns `first` (a graph needs an output)."""
+        move_path(keys, values, first, path)
+        return first
+
+
+class TreeRoundStep(nn.Module):
+    """One tree round over a slot's buffers, captured whole (CUDA or HPU graphs): the tree's
+    nodes, parents and sizes are inputs, written by the host before each replay."""
+
+    def __init__(self, engine: Engine, slot: Slot, depth: int) -> None:
+        super().__init__()
+        self.engine, self.slot = engine, slot
+        self.verify, self.move = TreeVerifyStep(depth), MovePathStep()
+
+    def mutable(self) -> tuple[Tensor, ...]:
+        """State tensors a call changes besides K/V beyond the valid lengths."""
+        return self.slot.tokens, self.slot.lengths, self.slot.done
+
+    def forward(self, nodes: Tensor, parents: Tensor, sizes: Tensor, u: Tensor, knob: Tensor,
+                eos: Tensor) -> tuple[Tensor, ...]:
+        """(verdict tokens [B, D+1], num_accepted, emitted, active, nodes verified)."""
+        s, stack = self.slot, self.engine.target
+        first = s.lengths.clone()
+        feed, feed_parents = feed_of(s.tokens, s.lengths, nodes, parents)
+        base = s.lengths - 1
+        positions, mask = tree_mask(base, feed_parents, torch.arange(s.capacity, device=feed.device))
+        write = base[:, None] + torch.arange(feed.shape[1], device=feed.device)[None, :]
+        logits = stack.head(llama_features(stack, feed, positions, mask, s.target_kv, write))
+        logits = logits if logits.dtype == torch.float64 else logits.float()
+        *out, path = self.verify(logits, nodes, parents, sizes, u, knob, eos, s.tokens, s.lengths,
+                                 s.stop, s.done)
+        for keys, values in s.target_kv:
+            self.move(keys, values, first, path)
+        return tuple(out)
+
+
+class PiecewiseTreeRound:
+    """`TreeRoundStep` from captured pieces (the tree embedding, the layer and head pieces a
+    chain round of the same width shares, the tree verify, the path move), loops in Python."""
+
+    def __init__(self, engine: Engine, slot: Slot, nodes: int, depth: int) -> None:
+        self.slot, self.stack = slot, engine.target
+        kv, width = slot.target_kv, nodes + 1
+        self.embed = engine.piece("tree-embed", engine.target, width, kv)
+        self.layer = engine.piece("layer", engine.target, width, kv)
+        self.head = engine.piece("head", engine.target, width, kv)
+        self.verify = engine.piece(f"tree-verify-{depth}", None, width, kv)
+        self.move = engine.piece("move-path", None, depth, kv)
+        from .steps import Model  # the chain pieces' per-layer weights, in `LayerStep`'s order
+
+        target = Model(engine, engine.target, kv)
+        self.layers, self.head_weights = target.layers, target.head_weights
+
+    def __call__(self, nodes: Tensor, parents: Tensor, sizes: Tensor, u: Tensor, knob: Tensor,
+                 eos: Tensor) -> tuple[Tensor, ...]:
+        """(verdict tokens [B, D+1], num_accepted, emitted, active, nodes verified)."""
+        s = self.slot
+        first = s.lengths.clone()
+        feed, feed_parents = feed_of(s.tokens, s.lengths, nodes, parents)
+        x, cos, sin, where, mask = self.embed(feed, feed_parents, s.lengths - 1, self.stack.embed,
+                                              s.target_kv[0][0])
+        for keys, values, weights in self.layers:
+            x = self.layer(x, cos, sin, where, mask, keys, values, *weights)
+        logits = self.head(x, *self.head_weights)
+        *out, path = self.verify(logits, nodes, parents, sizes, u, knob, eos, s.tokens, s.lengths,
+                                 s.stop, s.done)
+        for keys, values in s.target_kv:
+            self.move(keys, values, first, path)
+        return tuple(out)

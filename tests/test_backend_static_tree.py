@@ -1,0 +1,127 @@
+"""Draft trees on the static engine: the tensor tree rule and path move equal the core's, the
+engine's tree rounds give the core loop's tokens, and nothing compiles after warm-up.
+
+A tiny random Llama in float64 (V = 8, where the suffix drafter's trees branch often), with
+the "aot_eager" compiler: the graphs are traced and captured as under inductor but run
+eager kernels, so equality with the core loop is bit for bit and compiling takes seconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from specsample_backends.static import create_cpu
+from specsample_backends.static.tree import move_path, verify_tree_tensor
+from specsample_backends.torch import HFModel
+from torch._dynamo.utils import counters
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specsample.generate import generate, generate_plain
+from specsample.options import RunOptions
+from specsample.params import SamplingParams
+from specsample.suffix import SuffixTreeDrafter
+from specsample.verify_tree import verify_tree
+
+PROMPTS = torch.tensor([[1, 5, 2, 7, 1, 5, 3, 1, 5, 2], [4, 4, 6, 1, 0, 4, 4, 6, 1, 0],
+                        [2, 3, 2, 3, 2, 3, 0, 0, 0, 0]])
+LENGTHS = torch.tensor([10, 7, 6])
+PARAMS = [SamplingParams(temperature=0), SamplingParams(temperature=1.0),
+          SamplingParams(temperature=0.8, top_p=0.9), SamplingParams(temperature=1.2, top_k=3)]
+
+
+@pytest.fixture(scope="module")
+def target() -> HFModel:
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    return HFModel(LlamaForCausalLM(config).eval().double())
+
+
+def _tree_inputs(seed: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    b, n, v = 64, 7, 11
+    parents = torch.tensor([-1, -1, 0, 0, 1, 2, -1]).expand(b, n).clone()
+    parents[::3] = torch.tensor([-1, 0, 1, 2, 3, 4, 5])  # some rows are chains
+    tokens = torch.randint(0, v, (b, n), generator=gen)
+    tokens[1, 1] = tokens[1, 0]  # a duplicate sibling: never accepted twice
+    p = torch.softmax(torch.randn(b, n + 1, v, generator=gen, dtype=torch.float64) * 2, -1)
+    p[2, 0] = 0.0
+    p[2, 0, tokens[2, 0]] = 1.0  # a certain first node: its rejection leaves no mass
+    u = torch.rand(b, n + 1, generator=gen, dtype=torch.float64)
+    sizes = torch.randint(0, n + 1, (b,), generator=gen)
+    return tokens, parents, p, u, sizes
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_tensor_tree_rule_equals_verify_tree(seed: int) -> None:
+    tokens, parents, p, u, sizes = _tree_inputs(seed)
+    for depth, rows in ((7, sizes), (8, torch.full_like(sizes, 7))):
+        got = verify_tree_tensor(tokens, parents, p, u, rows, depth)
+        want = verify_tree(tokens, parents, None, p, u, depth=depth, tree_sizes=rows, check=True)
+        for mine, core in zip(got, (want.tokens, want.num_accepted, want.path), strict=True):
+            assert torch.equal(mine, core)
+    # One graph, no break; the eager kernels it captures give the same tokens.
+    compiled = torch.compile(verify_tree_tensor, backend="aot_eager", fullgraph=True, dynamic=False)
+    for mine, eager in zip(compiled(tokens, parents, p, u, sizes, 7),
+                           verify_tree_tensor(tokens, parents, p, u, sizes, 7), strict=True):
+        assert torch.equal(mine, eager)
+
+
+def test_move_path_is_commit_path(target: HFModel) -> None:
+    cache = target.new_cache(3, 24)
+    with torch.inference_mode():  # the model's buffers are inference tensors
+        for keys, values in cache.buffers:
+            keys.copy_(torch.randn_like(keys))
+            values.copy_(torch.randn_like(values))
+    copies = [(k.clone(), v.clone()) for k, v in cache.buffers]
+    first, path = torch.tensor([4, 9, 22]), torch.tensor([[1, 3, -1], [0, 2, 5], [0, -1, -1]])
+    want = target.commit_path(cache, first, path)
+    for (keys, values), (k_want, v_want) in zip(copies, want.buffers, strict=True):
+        move_path(keys, values, first, path)
+        assert torch.equal(keys, k_want) and torch.equal(values, v_want)
+
+
+@pytest.mark.parametrize("pieces", [True, False], ids=["pieces", "whole-round"])
+def test_tree_rounds_give_the_core_loops_tokens(target: HFModel, pieces: bool) -> None:
+    backend = create_cpu({"buckets": [48, 96], "dtype": "float64", "compiler": "aot_eager",
+                          "pieces": pieces})
+    drafter = backend.load_drafter("suffix-tree:6x3", target)
+    assert isinstance(drafter, SuffixTreeDrafter)
+    accepted = 0
+    for params, seed, eos in [(PARAMS[0], 0, None), (PARAMS[1], 3, 7), (PARAMS[2], [5, 6, 7], None),
+                              (PARAMS[3], 1, None)]:
+        run = dict(max_new_tokens=30, params=params, seed=seed, prompt_lengths=LENGTHS, eos_token_id=eos)
+        got = backend.generate(target, drafter, PROMPTS, RunOptions(**run))  # type: ignore[arg-type]
+        want = generate(target, drafter, PROMPTS, **run)  # type: ignore[arg-type]
+        assert torch.equal(got.sequences, want.sequences) and torch.equal(got.lengths, want.lengths)
+        assert (got.metrics.accepted, got.metrics.rounds) == (want.metrics.accepted, want.metrics.rounds)
+        accepted += got.metrics.accepted
+    assert accepted > 0
+    plain = generate_plain(target, PROMPTS, max_new_tokens=30, params=PARAMS[0], prompt_lengths=LENGTHS)
+    greedy = backend.generate(target, drafter, PROMPTS, RunOptions(max_new_tokens=30, params=PARAMS[0],
+                                                                 prompt_lengths=LENGTHS))
+    assert torch.equal(greedy.sequences, plain.sequences)
+
+
+def _graphs() -> tuple[int, int]:
+    return counters["stats"]["unique_graphs"], counters["frames"]["total"]
+
+
+def test_one_graph_set_per_tree_budget_and_nothing_after_warm_up(target: HFModel) -> None:
+    # strict (the default): a recompile after a piece's first call raises; the counters show it too.
+    backend = create_cpu({"buckets": [48, 96], "dtype": "float64", "compiler": "aot_eager"})
+    small, large = SuffixTreeDrafter(nodes=4, depth=2), SuffixTreeDrafter(nodes=6, depth=3)
+    for drafter in (small, large):  # warm-up: each budget's graphs
+        backend.generate(target, drafter, PROMPTS, RunOptions(max_new_tokens=12, prompt_lengths=LENGTHS))
+    before, rounds, sizes = _graphs(), 0, set()
+    for seed in range(12):
+        drafter = (small, large)[seed % 2]
+        run = RunOptions(max_new_tokens=20, params=PARAMS[seed % len(PARAMS)], seed=seed,
+                         prompt_lengths=LENGTHS)
+        for step in backend.iterate(target, drafter, PROMPTS, run):
+            rounds += 1
+            sizes.update(step.result.drafted.tolist())
+    assert rounds > 100 and len(sizes) >= 4  # trees of many sizes ran in the same graphs
+    assert _graphs() == before, f"compiled again after warm-up: {before} -> {_graphs()}"
+    with pytest.raises(ValueError, match="verifier: the static-cpu backend compiles"):
+        backend.generate(target, small, PROMPTS, RunOptions(max_new_tokens=2, verifier=verify_tree))  # type: ignore[arg-type]
