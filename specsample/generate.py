@@ -22,6 +22,7 @@ from specsample.warp import warp
 __all__ = [
     "Generation",
     "Step",
+    "capacity_for",
     "finish",
     "generate",
     "generate_plain",
@@ -105,12 +106,14 @@ def prepare_prompt(input_ids: Array, prompt_lengths: Array | None, vocab: int) -
     return xp.where(valid, xp.astype(input_ids, xp.int64), 0), xp.astype(prompt_lengths, xp.int64)
 
 
-def _capacity(capacity: int | None, needed: int) -> int:
+def capacity_for(capacity: int | None, needed: int, extra: str = "K_max") -> int:
+    """The cache capacity of a run: `capacity` if given (checked to hold `needed` positions,
+    the longest prompt + max_new_tokens + `extra` + 1), else `needed`."""
     if capacity is None:
         return needed
     if capacity < needed:
         raise ValueError(f"capacity: expected >= {needed} (longest prompt + max_new_tokens + "
-                         f"K_max + 1), got {capacity}")
+                         f"{extra} + 1), got {capacity}")
     return capacity
 
 
@@ -147,7 +150,7 @@ def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOption
     policy, verifier = run.policy, run.verify
     xp = namespace(prompt)
     width = int(xp.max(lengths)) + run.max_new_tokens + policy.k_max + 1
-    state = start(target, drafter, prompt, lengths, capacity=_capacity(run.capacity, width),
+    state = start(target, drafter, prompt, lengths, capacity=capacity_for(run.capacity, width),
                   stop_lengths=lengths + run.max_new_tokens)
     metrics, index, batch = Metrics(), 0, int(prompt.shape[0])
     # Two host reads a round: the draft lengths (which also say whether any row is

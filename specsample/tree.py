@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from specsample._array import Array, check_int, device, host_ints, namespace
 from specsample.cache import Cache, check_live, rollback
-from specsample.generate import Generation, Step, finish, prepare_prompt, tally_round
+from specsample.generate import Generation, Step, capacity_for, finish, prepare_prompt, tally_round
 from specsample.metrics import Metrics
 from specsample.options import RunOptions
 from specsample.params import SamplingParams
@@ -144,10 +144,7 @@ def run_tree_rounds(target: TreeModel, drafter: TreeDrafter, input_ids: Array, r
     xp = namespace(prompt)
     batch = int(prompt.shape[0])
     needed = int(xp.max(lengths)) + run.max_new_tokens + nodes + 1
-    if run.capacity is not None and run.capacity < needed:
-        raise ValueError(f"capacity: expected >= {needed} (longest prompt + max_new_tokens + "
-                         f"nodes + 1), got {run.capacity}")
-    state = start(target, drafter, prompt, lengths, capacity=run.capacity or needed,  # type: ignore[arg-type]
+    state = start(target, drafter, prompt, lengths, capacity=capacity_for(run.capacity, needed, "nodes"),  # type: ignore[arg-type]
                   stop_lengths=lengths + run.max_new_tokens)
     metrics, index = Metrics(), 0
     while not all(host_ints(state.done)):

@@ -117,29 +117,29 @@ def verify_tree(draft_tokens: Array, parents: Array, draft_probs: Array | None, 
     elif check and depth < tree_depth(parents):
         raise ValueError(f"depth: expected at least the tree's depth {tree_depth(parents)}, got {depth}")
     p = target_probs
-    ids = xp.arange(int(p.shape[-1]), dtype=xp.int64, device=device(p))[None, :]
     tokens = xp.astype(draft_tokens, xp.int64)
 
     def law(i: int) -> tuple[Array, Array]:
-        if draft_probs is None:
-            q = xp.astype(ids == tokens[:, i:i + 1], p.dtype)
-        else:
-            q = xp.astype(draft_probs[:, i, :], p.dtype)
+        q = xp.astype(draft_probs[:, i, :], p.dtype)  # type: ignore[index]
         return q, q
 
-    return tree_walk(tokens, full, law, p, uniforms, depth=depth, tree_sizes=tree_sizes)
+    return tree_walk(tokens, full, None if draft_probs is None else law, p, uniforms, depth=depth,
+                     tree_sizes=tree_sizes)
 
 
 Laws = Callable[[int], tuple[Array, Array]]
 
 
-def tree_walk(tokens: Array, parents: Array, laws: Laws, target_probs: Array, uniforms: Array, *,
+def tree_walk(tokens: Array, parents: Array, laws: Laws | None, target_probs: Array, uniforms: Array, *,
               depth: int, tree_sizes: Array | None = None) -> TreeVerdict:
     """The walk of `verify_tree` on validated inputs (int64 tokens and parents [B, N]).
 
     `laws(i)` gives node i's law twice, [B, V] each: the one its acceptance ratio divides by
     and the one a rejection removes from the residual (the same law in the proved rule;
-    the negative controls in `specsample.testing.broken` make them differ).
+    the negative controls in `specsample.testing.broken` make them differ). None means
+    deterministic candidates, Q one-hot at each node's token: the same arithmetic without
+    building the one-hot laws (Q(x) = 1, and a rejection changes the residual at x only,
+    to max(R(x) - z, 0); every other entry r - z * 0 is r exactly).
     """
     xp = namespace(tokens, target_probs, uniforms)
     p = target_probs
@@ -151,18 +151,25 @@ def tree_walk(tokens: Array, parents: Array, laws: Laws, target_probs: Array, un
     path = xp.full((batch, depth), -1, dtype=xp.int64, device=dev)
     residual = p[:, 0, :]  # [B, V], unnormalised
     mass = xp.sum(residual, axis=-1)  # [B]
+    ids = xp.arange(int(p.shape[-1]), dtype=xp.int64, device=dev)[None, :] if laws is None else None
     for i in range(nodes):
         tried = parents[:, i] == current
         if tree_sizes is not None:
             tried = tried & (i < tree_sizes)
         x = tokens[:, i:i + 1]  # [B, 1]
-        q_test, q_left = laws(i)
-        q_x = xp.take_along_axis(q_test, x, axis=-1)[:, 0]
         r_x = xp.take_along_axis(residual, x, axis=-1)[:, 0]
-        # Accept with probability min(1, (R(x) / z) / Q(x)), strict and division-free.
-        accept = tried & (xp.astype(uniforms[:, i], p.dtype) * q_x * mass < r_x)
+        u = xp.astype(uniforms[:, i], p.dtype)
+        if laws is None:
+            # Accept with probability min(1, R(x) / z): u z < R(x), strict and division-free.
+            accept = tried & (u * mass < r_x)
+            left = xp.where(ids == x, xp.clip(r_x - mass, min=0.0)[:, None], residual)
+        else:
+            q_test, q_left = laws(i)
+            q_x = xp.take_along_axis(q_test, x, axis=-1)[:, 0]
+            # Accept with probability min(1, (R(x) / z) / Q(x)), strict and division-free.
+            accept = tried & (u * q_x * mass < r_x)
+            left = xp.clip(residual - mass[:, None] * q_left, min=0.0)
         reject = tried & ~accept
-        left = xp.clip(residual - mass[:, None] * q_left, min=0.0)
         left_mass = xp.sum(left, axis=-1)
         # In exact arithmetic a rejection leaves mass; p ~= q in floating point may not:
         # keep the residual as it was then (as `final_token` falls back to p).
