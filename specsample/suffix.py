@@ -59,27 +59,49 @@ class SuffixTreeDrafter:
             shorter match the tree is one node (a wide verify is not free on a CPU, and a
             one-token match is a weak guess), as prompt lookup's `confident` does; clipped
             to [ngram_min, ngram_max].
+        remember: how many sequences of earlier calls to match against as well (0: none).
+            The drafter keeps each row's latest context of a call, and a call's `start`
+            adds those of the call before it (the latest call first, its rows in order,
+            each distinct sequence once), so a repeated
+            or similar request drafts from what was generated before. The memory is fixed
+            for the whole of a call: a row's trees read only its own context and earlier
+            calls, never its neighbours' tokens in this call.
     """
 
     def __init__(self, nodes: int = 8, depth: int = 4, ngram_max: int = 3, ngram_min: int = 1,
-                 max_matches: int = 64, confident: int = 2) -> None:
+                 max_matches: int = 64, confident: int = 2, remember: int = 0) -> None:
         check_int("nodes", nodes, 1)
         check_int("depth", depth, 1)
         check_int("ngram_max", ngram_max, 1)
         check_int("ngram_min", ngram_min, 1)
         check_int("max_matches", max_matches, 1)
         check_int("confident", confident, 1)
+        check_int("remember", remember, 0)
         if ngram_min > ngram_max:
             raise ValueError(f"ngram_min: expected <= ngram_max = {ngram_max}, got {ngram_min}")
         self.nodes, self.depth = nodes, depth
         self.ngram_max, self.ngram_min, self.max_matches = ngram_max, ngram_min, max_matches
         self.confident = min(max(confident, ngram_min), ngram_max)
+        self.remember = remember
+        self.memory: list[np.ndarray] = []  # earlier calls' sequences, latest first
+        self._latest: dict[int, np.ndarray] = {}  # this call's latest context per row
 
     def __repr__(self) -> str:
-        return f"SuffixTreeDrafter(nodes={self.nodes}, depth={self.depth})"
+        extra = f", remember={self.remember}" if self.remember else ""
+        return f"SuffixTreeDrafter(nodes={self.nodes}, depth={self.depth}{extra})"
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> None:
-        """No state: every tree is built from the committed tokens."""
+        """No state (every tree is built from the committed tokens); with `remember`, the
+        previous call's sequences join the memory."""
+        if self.remember:
+            known = {m.tobytes() for m in self.memory}
+            for row in sorted(self._latest, reverse=True):
+                seq = self._latest[row]
+                if seq.tobytes() not in known:
+                    self.memory.insert(0, seq)
+                    known.add(seq.tobytes())
+            del self.memory[self.remember:]
+            self._latest = {}
         return None
 
     def advance(self, state: Any, lengths: Array) -> None:
@@ -112,6 +134,8 @@ class SuffixTreeDrafter:
             if not 1 <= length <= rows.shape[1]:
                 raise ValueError(f"lengths: expected values in [1, {rows.shape[1]}], got {length}")
             key = rows[b, :length].tobytes()
+            if self.remember:
+                self._latest[b] = rows[b, :length].copy()
             if key not in built:
                 built[key] = self._tree(rows[b, :length], nodes, depth)
             chosen = built[key]
@@ -123,19 +147,25 @@ class SuffixTreeDrafter:
                             parents=xp.asarray(out_parents, device=where),
                             sizes=xp.asarray(sizes, device=where))
 
-    def _matches(self, context: np.ndarray) -> tuple[int, list[int]]:
-        """The longest matching suffix's length n and the ends e <= L-2 of its earlier
-        occurrences, latest first ((0, []) without a match)."""
+    def _matches(self, context: np.ndarray) -> tuple[int, list[tuple[int, int]]]:
+        """The longest matching suffix's length n and its earlier occurrences as (source,
+        end): source -1 is the context (ends e <= L-2), i >= 0 the memory's i-th sequence;
+        the context's latest first, then the memory's ((0, []) without a match)."""
         length = len(context)
         for n in range(min(self.ngram_max, length - 1), self.ngram_min - 1, -1):
             suffix = context[length - n:]
-            ends = np.arange(n - 1, length - 1)
-            hit = np.ones(len(ends), dtype=bool)
-            for j in range(n):
-                hit &= context[ends - j] == suffix[n - 1 - j]
-            found = ends[hit][::-1][:self.max_matches]
-            if len(found):
-                return n, [int(e) for e in found]
+            found: list[tuple[int, int]] = []
+            for source, seq in enumerate([context, *self.memory], start=-1):
+                # The context's own last n tokens are the suffix itself, not an occurrence.
+                ends = np.arange(n - 1, len(seq) - 1)
+                hit = np.ones(len(ends), dtype=bool)
+                for j in range(n):
+                    hit &= seq[ends - j] == suffix[n - 1 - j]
+                found += [(source, int(e)) for e in ends[hit][::-1]]
+                if len(found) >= self.max_matches:
+                    break
+            if found:
+                return n, found[:self.max_matches]
         return 0, []
 
     def _tree(self, context: np.ndarray, nodes: int, depth: int) -> list[tuple[int, int]]:
@@ -147,11 +177,14 @@ class SuffixTreeDrafter:
             nodes = 1
         length = len(context)
         trie: dict[tuple[int, ...], int] = {}  # path of tokens -> matches through it
-        for end in ends:
-            period = length - 1 - end
+        for source, end in ends:
             path: tuple[int, ...] = ()
-            for step in range(depth):
-                path = (*path, int(context[end + 1 + step % period]))
+            if source < 0:  # the context: a continuation that runs into its end repeats
+                steps = [int(context[end + 1 + step % (length - 1 - end)]) for step in range(depth)]
+            else:  # an earlier sequence: its continuation, as far as it goes
+                steps = [int(t) for t in self.memory[source][end + 1: end + 1 + depth]]
+            for token in steps:
+                path = (*path, token)
                 trie[path] = trie.get(path, 0) + 1
         children: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
         for path in trie:
@@ -171,14 +204,19 @@ class SuffixTreeDrafter:
         return chosen
 
 
+REMEMBER = 64  # sequences a "+memory" suffix tree keeps from earlier calls
+
+
 def suffix_tree(name: str) -> SuffixTreeDrafter:
     """A SuffixTreeDrafter by name: "suffix-tree" (the defaults), "suffix-tree:N" (N nodes)
-    or "suffix-tree:NxD" (N nodes, D levels)."""
-    budget = name.removeprefix("suffix-tree").removeprefix(":")
+    or "suffix-tree:NxD" (N nodes, D levels); "+memory" at the end also matches the latest
+    64 sequences of earlier calls (e.g. "suffix-tree:8x4+memory")."""
+    base = name.removesuffix("+memory") if isinstance(name, str) else ""
+    budget = base.removeprefix("suffix-tree").removeprefix(":")
     parts = budget.split("x") if budget else []
-    if not name.startswith("suffix-tree") or (name != "suffix-tree" and not name.startswith("suffix-tree:")) \
+    if not base.startswith("suffix-tree") or (base != "suffix-tree" and not base.startswith("suffix-tree:")) \
             or len(parts) > 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
         raise ValueError(f"draft: expected 'suffix-tree', 'suffix-tree:N' or 'suffix-tree:NxD' with "
-                         f"N, D ints >= 1, got {name!r}")
-    sizes = [int(p) for p in parts]
-    return SuffixTreeDrafter(*sizes)
+                         f"N, D ints >= 1, optionally ending in '+memory', got {name!r}")
+    sizes = dict(zip(("nodes", "depth"), (int(p) for p in parts), strict=False))
+    return SuffixTreeDrafter(**sizes, remember=REMEMBER if base != name else 0)

@@ -74,3 +74,70 @@ def test_a_one_token_match_earns_one_node_only() -> None:
     # Only the last token, 7, occurred before: a weak guess gets a one-node tree.
     assert _tree([5, 9, 7, 3, 7], nodes=8, depth=3) == [(3, -1)]
     assert len(_tree([5, 9, 7, 3, 7], nodes=8, depth=3, confident=1)) == 3
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [({"remember": -1}, "remember: expected")])
+def test_a_negative_memory_is_a_clear_error(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        SuffixTreeDrafter(**kwargs)
+
+
+def test_names_give_the_budget_and_the_memory() -> None:
+    from specsample.suffix import REMEMBER, suffix_tree
+
+    assert (suffix_tree("suffix-tree:4x2").nodes, suffix_tree("suffix-tree:4x2").remember) == (4, 0)
+    remembering = suffix_tree("suffix-tree:4x2+memory")
+    assert (remembering.nodes, remembering.depth, remembering.remember) == (4, 2, REMEMBER)
+    assert suffix_tree("suffix-tree+memory").remember == REMEMBER
+    for bad in ("suffix-tree+mem", "suffix-tree:4+memory+memory", "suffix-treex"):
+        with pytest.raises(ValueError, match=r"optionally ending in '\+memory'"):
+            suffix_tree(bad)
+
+
+def _start(drafter: SuffixTreeDrafter, rows: list[list[int]]) -> None:
+    """A call's start, then one proposal per row (what the call leaves in the memory)."""
+    width = max(len(r) for r in rows)
+    tokens = np.array([r + [0] * (width - len(r)) for r in rows])
+    lengths = np.array([len(r) for r in rows])
+    drafter.start(tokens, lengths, width)
+    drafter.propose_tree(tokens, lengths, drafter.nodes, drafter.depth)
+
+
+def test_memory_matches_earlier_calls_and_is_fixed_within_a_call() -> None:
+    drafter = SuffixTreeDrafter(nodes=4, depth=3, remember=2)
+    _start(drafter, [[5, 6, 7, 8, 9, 1], [2, 2, 3]])  # the first call: nothing remembered yet
+    assert drafter.memory == []
+    _start(drafter, [[4, 4, 4, 4]])  # the second call remembers the first call's rows
+    assert [m.tolist() for m in drafter.memory] == [[5, 6, 7, 8, 9, 1], [2, 2, 3]]
+    # A context ending in "6 7" drafts what followed it in the earlier sequence, which the
+    # context alone cannot; the proposal itself changes nothing until the next call starts.
+    out = drafter.propose_tree(np.array([[0, 6, 7]]), np.array([3]), 4, 3)
+    assert out.tokens[0, :int(out.sizes[0])].tolist() == [8, 9, 1]
+    assert [m.tolist() for m in drafter.memory] == [[5, 6, 7, 8, 9, 1], [2, 2, 3]]
+    assert int(SuffixTreeDrafter().propose_tree(np.array([[0, 6, 7]]), np.array([3]), 4, 3).sizes[0]) == 0
+    _start(drafter, [[1, 2]])  # keeps the latest `remember` sequences (latest call first)
+    assert [m.tolist() for m in drafter.memory] == [[0, 6, 7], [5, 6, 7, 8, 9, 1]]
+
+
+def test_a_repeated_request_drafts_the_earlier_output_and_stays_exact() -> None:
+    # Greedy on a tiny float64 Llama: a prompt whose text does not repeat gets no tree on
+    # the first call; the same prompt again drafts the first call's continuation, so it
+    # takes far fewer rounds, and both equal plain greedy decoding.
+    from specsample_backends.torch import HFModel
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specsample.generate import generate, generate_plain
+    from specsample.params import SamplingParams
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
+    target = HFModel(LlamaForCausalLM(config).eval().double())
+    prompt = torch.tensor([[3, 17, 42, 8, 29, 51]])
+    greedy = SamplingParams(temperature=0.0)
+    plain = generate_plain(target, prompt, max_new_tokens=24, params=greedy)
+    drafter = SuffixTreeDrafter(nodes=4, depth=4, remember=8)
+    first = generate(target, drafter, prompt, max_new_tokens=24, params=greedy)
+    second = generate(target, drafter, prompt, max_new_tokens=24, params=greedy)
+    assert torch.equal(first.sequences, plain.sequences) and torch.equal(second.sequences, plain.sequences)
+    assert second.metrics.rounds < first.metrics.rounds / 2, (first.metrics.rounds, second.metrics.rounds)

@@ -193,15 +193,20 @@ def _tree_law(target: object, params: SamplingParams) -> np.ndarray:
 # is caught with probability >= 1 - 1e-4. The residual that keeps a rejected sibling's mass
 # must fail; q = 1 in the ratio is the one-hot q of deterministic candidates, so for these
 # trees that rule is the right one and must pass (it is wrong for sampled siblings).
-@pytest.mark.parametrize("rule", [None, "tree-without-residual", "tree-q-one"])
+# "memory": trees also drawn from sequences of earlier calls (the suffix "5 2" continues
+# differently there), so more branches are tried.
+@pytest.mark.parametrize("rule", [None, "memory", "tree-without-residual", "tree-q-one"])
 def test_tree_rounds_follow_the_target_law_and_broken_tree_rules_do_not(rule: str | None) -> None:
     import torch
 
     from specsample.suffix import SuffixTreeDrafter
 
     target, params = _llama(), SamplingParams(temperature=1.0)
-    verifier = broken.TREE_VERIFIERS[rule] if rule else verify
-    spec, plain, counts = tree_samples(target, SuffixTreeDrafter(nodes=6, depth=3),
+    verifier = broken.TREE_VERIFIERS.get(str(rule), verify)
+    drafter = SuffixTreeDrafter(nodes=6, depth=3, remember=4 if rule == "memory" else 0)
+    if rule == "memory":
+        drafter.memory = [np.array(m) for m in ([5, 2, 0, 0, 6], [1, 5, 2, 4, 4, 1], [3, 5, 2, 6, 1])]
+    spec, plain, counts = tree_samples(target, drafter,
                                        torch.tensor([TREE_PROMPT]), n=ROWS, k=1, params=params,
                                        seed=9, length=2, verifier=verifier, batch=8192)
     law = _tree_law(target, params)

@@ -232,6 +232,7 @@ class Engine:
             self.prefill(slot, prompt, width - 1)
         round_, (tree_tokens, tree_parents, tree_sizes, u) = self._tree_round(slot, nodes, depth)
         metrics, index = Metrics(), 0
+        state = drafter.start(slot.tokens, slot.lengths, slot.capacity)
         while True:
             began = time.perf_counter()
             tree = drafter.propose_tree(slot.tokens, slot.lengths, nodes, depth)
@@ -243,6 +244,7 @@ class Engine:
             out = tuple(t.clone() for t in round_(tree_tokens, tree_parents, tree_sizes, u, slot.knob,
                                                    slot.eos))
             self.capture.boundary()
+            state = drafter.advance(state, slot.lengths)
             finished, steps, metrics = self._sync(slot, [(index, nodes, out, time.perf_counter() - began)],
                                                   metrics)
             index += 1

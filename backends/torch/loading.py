@@ -32,7 +32,7 @@ __all__ = ["CACHE_ENV", "DRAFTERS", "cache_root", "converted", "default_model_pa
            "load_target", "load_tokenizer"]
 
 DEFAULT = "smollm2"
-DRAFTERS = ("int8", "early-exit:N", "lookup", "suffix-tree[:N[xD]]", "head[:FILE]", "hybrid[:NAME]",
+DRAFTERS = ("int8", "early-exit:N", "lookup", "suffix-tree[:N[xD]][+memory]", "head[:FILE]", "hybrid[:NAME]",
             "auto[:NAME]", "NAME@THRESHOLD", "<model spec>")
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "SPECSAMPLE_MODEL_CACHE"  # where GGUF conversions are kept; "off" disables
@@ -186,7 +186,8 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) ->
         name: "int8" (quantized self-draft), "early-exit:N" (first N layers),
             "lookup" (prompt lookup), "suffix-tree", "suffix-tree:N" or
             "suffix-tree:NxD" (a tree of up to N nodes and D levels from every earlier
-            occurrence of the context's suffix; see `specsample.suffix`), "head" or
+            occurrence of the context's suffix; see `specsample.suffix`; "+memory" at the end also
+            matches earlier calls' sequences), "head" or
             "head:FILE" (a feature-level draft head trained for this target: the
             shipped one, or a file; see `head.load_head`), a model spec as for `load_target` (a separate
             draft model; its tokenizer must match the target's), "hybrid" or
@@ -217,7 +218,7 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
         return ModelDrafter(int8_draft(target))
     if name == "lookup":
         return PromptLookupDrafter()
-    if name == "suffix-tree" or name.startswith("suffix-tree:"):
+    if name.startswith("suffix-tree"):
         return suffix_tree(name)  # type: ignore[return-value]
     if name == "head" or name.startswith("head:"):
         from specsample.feature import HeadDrafter
