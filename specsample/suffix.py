@@ -26,7 +26,7 @@ import numpy as np
 
 from specsample._array import Array, check_int, check_shape, device, host_ints, namespace
 
-__all__ = ["SuffixTreeDrafter", "TreeProposal", "suffix_tree"]
+__all__ = ["SuffixTreeDrafter", "TreeProposal", "is_suffix_tree_name", "suffix_tree"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -94,13 +94,11 @@ class SuffixTreeDrafter:
         """No state (every tree is built from the committed tokens); with `remember`, the
         previous call's sequences join the memory."""
         if self.remember:
-            known = {m.tobytes() for m in self.memory}
-            for row in sorted(self._latest, reverse=True):
-                seq = self._latest[row]
-                if seq.tobytes() not in known:
-                    self.memory.insert(0, seq)
-                    known.add(seq.tobytes())
-            del self.memory[self.remember:]
+            latest = [self._latest[row] for row in sorted(self._latest)]
+            fresh = {seq.tobytes() for seq in latest}
+            older = [m for m in self.memory if m.tobytes() not in fresh]  # a repeat moves up
+            unique = list({seq.tobytes(): seq for seq in latest}.values())  # rows in order, once
+            self.memory = (unique + older)[:self.remember]
             self._latest = {}
         return None
 
@@ -109,7 +107,19 @@ class SuffixTreeDrafter:
         return None
 
     def propose_tree(self, tokens: Array, lengths: Array, nodes: int, depth: int) -> TreeProposal:
-        """A tree of at most `nodes` nodes and `depth` levels per row.
+        """A tree of at most `nodes` nodes and `depth` levels per row (`trees`); with
+        `remember`, each row's context is also kept for the memory of later calls."""
+        proposal = self.trees(tokens, lengths, nodes, depth)  # validates the inputs
+        if self.remember:
+            rows = np.asarray(host_ints(namespace(tokens).reshape(tokens, (-1,)))).reshape(tokens.shape)
+            for b, length in enumerate(host_ints(lengths)):
+                self._latest[b] = rows[b, :length].copy()
+        return proposal
+
+    def trees(self, tokens: Array, lengths: Array, nodes: int, depth: int) -> TreeProposal:
+        """A tree of at most `nodes` nodes and `depth` levels per row, from each row's context
+        and the memory, changing nothing (the tree sampler of `specsample check` builds
+        trees for many contexts this way).
 
         Args:
             tokens: int [B, C] committed ids, row b valid on [0, lengths[b]).
@@ -134,8 +144,6 @@ class SuffixTreeDrafter:
             if not 1 <= length <= rows.shape[1]:
                 raise ValueError(f"lengths: expected values in [1, {rows.shape[1]}], got {length}")
             key = rows[b, :length].tobytes()
-            if self.remember:
-                self._latest[b] = rows[b, :length].copy()
             if key not in built:
                 built[key] = self._tree(rows[b, :length], nodes, depth)
             chosen = built[key]
@@ -205,6 +213,15 @@ class SuffixTreeDrafter:
 
 
 REMEMBER = 64  # sequences a "+memory" suffix tree keeps from earlier calls
+
+
+def is_suffix_tree_name(name: object) -> bool:
+    """Whether a drafter name asks for a suffix tree ("suffix-tree", "suffix-tree:...",
+    optionally ending in "+memory"); `suffix_tree` then parses it."""
+    if not isinstance(name, str):
+        return False
+    base = name.removesuffix("+memory")
+    return base == "suffix-tree" or base.startswith("suffix-tree:")
 
 
 def suffix_tree(name: str) -> SuffixTreeDrafter:

@@ -67,18 +67,18 @@ def test_the_tensor_tree_rule_equals_verify_tree(seed: int) -> None:
         assert torch.equal(mine, eager)
 
 
-def test_move_path_is_commit_path(target: HFModel) -> None:
-    cache = target.new_cache(3, 24)
-    with torch.inference_mode():  # the model's buffers are inference tensors
-        for keys, values in cache.buffers:
-            keys.copy_(torch.randn_like(keys))
-            values.copy_(torch.randn_like(values))
-    copies = [(k.clone(), v.clone()) for k, v in cache.buffers]
+def test_move_path_moves_each_accepted_nodes_entries_into_place() -> None:
+    gen = torch.Generator().manual_seed(2)
+    keys, values = (torch.randn(3, 2, 24, 4, generator=gen, dtype=torch.float64) for _ in range(2))
     first, path = torch.tensor([4, 9, 22]), torch.tensor([[1, 3, -1], [0, 2, 5], [0, -1, -1]])
-    want = target.commit_path(cache, first, path)
-    for (keys, values), (k_want, v_want) in zip(copies, want.buffers, strict=True):
-        move_path(keys, values, first, path)
-        assert torch.equal(keys, k_want) and torch.equal(values, v_want)
+    want_keys, want_values = keys.clone(), values.clone()
+    for b in range(3):  # one entry at a time, from an untouched copy
+        for j, node in enumerate(path[b].tolist()):
+            if node >= 0:
+                want_keys[b, :, first[b] + j] = keys[b, :, first[b] + node]
+                want_values[b, :, first[b] + j] = values[b, :, first[b] + node]
+    move_path(keys, values, first, path)
+    assert torch.equal(keys, want_keys) and torch.equal(values, want_values)
 
 
 @pytest.mark.parametrize("pieces", [True, False], ids=["pieces", "whole-round"])
@@ -125,3 +125,30 @@ def test_one_graph_set_per_tree_budget_and_nothing_after_warm_up(target: HFModel
     assert _graphs() == before, f"compiled again after warm-up: {before} -> {_graphs()}"
     with pytest.raises(ValueError, match="verifier: the static-cpu backend compiles"):
         backend.generate(target, small, PROMPTS, RunOptions(max_new_tokens=2, verifier=verify_tree))  # type: ignore[arg-type]
+
+
+class _Lying(SuffixTreeDrafter):
+    """Proposes a chain of `nodes` nodes whatever its depth, or a tree drawn from a law."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(nodes=4, depth=2)
+        self.kind = kind
+
+    def propose_tree(self, tokens, lengths, nodes, depth):  # type: ignore[no-untyped-def]
+        from specsample.suffix import TreeProposal
+
+        batch = int(tokens.shape[0])
+        chain = torch.arange(-1, nodes - 1).expand(batch, nodes).clone()
+        probs = torch.full((batch, nodes, 8), 1 / 8, dtype=torch.float64) if self.kind == "sampled" else None
+        return TreeProposal(tokens=torch.zeros(batch, nodes, dtype=torch.int64), parents=chain,
+                            sizes=torch.full((batch,), nodes), probs=probs)
+
+
+@pytest.mark.parametrize(("kind", "error", "match"), [
+    ("deep", ValueError, "drafter: expected trees at most 2 deep"),
+    ("sampled", TypeError, "drafter: the static engine verifies deterministic trees")])
+def test_a_tree_the_graphs_cannot_hold_is_a_clear_error(target: HFModel, kind: str, error: type,
+                                                       match: str) -> None:
+    backend = create_cpu({"buckets": [48, 96], "dtype": "float64", "compiler": "aot_eager"})
+    with pytest.raises(error, match=match):
+        backend.generate(target, _Lying(kind), PROMPTS, RunOptions(max_new_tokens=4, prompt_lengths=LENGTHS))

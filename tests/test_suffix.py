@@ -83,15 +83,17 @@ def test_a_negative_memory_is_a_clear_error(kwargs: dict, match: str) -> None:
 
 
 def test_names_give_the_budget_and_the_memory() -> None:
-    from specsample.suffix import REMEMBER, suffix_tree
+    from specsample.suffix import REMEMBER, is_suffix_tree_name, suffix_tree
 
     assert (suffix_tree("suffix-tree:4x2").nodes, suffix_tree("suffix-tree:4x2").remember) == (4, 0)
     remembering = suffix_tree("suffix-tree:4x2+memory")
     assert (remembering.nodes, remembering.depth, remembering.remember) == (4, 2, REMEMBER)
     assert suffix_tree("suffix-tree+memory").remember == REMEMBER
     for bad in ("suffix-tree+mem", "suffix-tree:4+memory+memory", "suffix-treex"):
+        assert not is_suffix_tree_name(bad) or bad.startswith("suffix-tree:")
         with pytest.raises(ValueError, match=r"optionally ending in '\+memory'"):
             suffix_tree(bad)
+    assert is_suffix_tree_name("suffix-tree:4x2+memory") and not is_suffix_tree_name("suffix-tree-ft/")
 
 
 def _start(drafter: SuffixTreeDrafter, rows: list[list[int]]) -> None:
@@ -117,6 +119,13 @@ def test_memory_matches_earlier_calls_and_is_fixed_within_a_call() -> None:
     assert int(SuffixTreeDrafter().propose_tree(np.array([[0, 6, 7]]), np.array([3]), 4, 3).sizes[0]) == 0
     _start(drafter, [[1, 2]])  # keeps the latest `remember` sequences (latest call first)
     assert [m.tolist() for m in drafter.memory] == [[0, 6, 7], [5, 6, 7, 8, 9, 1]]
+    _start(drafter, [[0, 6, 7]])
+    assert [m.tolist() for m in drafter.memory] == [[1, 2], [0, 6, 7]]
+    _start(drafter, [[3]])  # a repeated sequence moves up rather than being dropped
+    assert [m.tolist() for m in drafter.memory] == [[0, 6, 7], [1, 2]]
+    drafter.trees(np.array([[5, 5]]), np.array([2]), 4, 3)  # builds trees, remembers nothing
+    _start(drafter, [[4]])
+    assert [m.tolist() for m in drafter.memory] == [[3], [0, 6, 7]]
 
 
 def test_a_repeated_request_drafts_the_earlier_output_and_stays_exact() -> None:

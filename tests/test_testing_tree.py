@@ -15,6 +15,7 @@ from test_generate import PROMPT, VOCAB, expected_law, models
 from specsample import ModelDrafter, SamplingParams, get_backend
 from specsample.testing import PrefixLaws, broken, goodness_of_fit, homogeneity, tree_samples
 from specsample.verify import verify
+from specsample.verify_block import verify_block
 from specsample.warp import warp
 
 ROWS = 200_000
@@ -174,6 +175,10 @@ def test_a_tree_drafters_rows_are_the_engines_rows() -> None:
                       params=params, seed=4)
     assert engine.metrics.accepted > 0
     assert np.array_equal(spec, engine.sequences[:, len(TREE_PROMPT):].numpy())
+    # A chain rule's name means the tree rule for trees, as in `generate`.
+    block, _, _ = tree_samples(target, drafter, torch.tensor([TREE_PROMPT]), n=300, k=1, params=params,
+                               seed=4, verifier=verify_block)
+    assert np.array_equal(block, spec)
 
 
 def _tree_law(target: object, params: SamplingParams) -> np.ndarray:
@@ -226,9 +231,9 @@ def test_the_tree_sampler_refuses_a_chain_rule_for_trees_and_sampled_trees() -> 
         tree_samples(target, SuffixTreeDrafter(), prompt, n=10, k=1, params=SamplingParams(), seed=0,
                      verifier=broken.VERIFIERS["resample-from-p"])
 
-    class Sampled(SuffixTreeDrafter):
-        def propose_tree(self, tokens, lengths, nodes, depth):  # type: ignore[no-untyped-def]
-            tree = super().propose_tree(tokens, lengths, nodes, depth)
+    class Sampled(SuffixTreeDrafter):  # the sampler builds trees with `trees` (no side effect)
+        def trees(self, tokens, lengths, nodes, depth):  # type: ignore[no-untyped-def]
+            tree = super().trees(tokens, lengths, nodes, depth)
             probs = np.full((*tree.tokens.shape, 8), 1 / 8)
             return TreeProposal(tokens=tree.tokens, parents=tree.parents, sizes=tree.sizes, probs=probs)
 

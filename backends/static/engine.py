@@ -39,7 +39,7 @@ from .pieces import (
     stack_config,
 )
 from .steps import KV, PiecewisePrefill, PiecewiseRound, PrefillStep, RoundStep, Slot
-from .tree import MovePathStep, PiecewiseTreeRound, TreeEmbedStep, TreeRoundStep, TreeVerifyStep
+from .tree import MovePathStep, PiecewiseTreeRound, TreeEmbedStep, TreeRoundStep, TreeVerifyStep, checked_tree
 from .warp import knobs
 
 __all__ = ["BUCKETS", "Capture", "Engine", "EngineOptions", "Slot"]
@@ -134,17 +134,21 @@ class Engine:
         self._captured: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
     def piece(self, kind: str, stack: LlamaStack | None, width: int, kv: KV) -> Callable[..., Any]:
-        """The captured piece `kind` ("embed", "layer", "head", "sample", "verify") for a model's
-        configuration, a width T and a K/V buffer shape; captured on first use, then shared."""
+        """The captured piece `kind` ("embed", "layer", "head", "sample", "verify-RULE"; for
+        trees "tree-embed", "tree-verify-D", "move-path") for a model's configuration, a width
+        T and a K/V buffer shape; captured on first use, then shared."""
         config = None if stack is None else stack_config(stack)
         key = (kind, config, width, tuple(kv[0][0].shape))
         if key not in self._captured:
             if (kind, config) not in self._modules:
                 module: nn.Module
                 if stack is None:
-                    module = DraftSampleStep() if kind == "sample" else MovePathStep() \
-                        if kind == "move-path" else TreeVerifyStep(int(kind.removeprefix("tree-verify-"))) \
-                        if kind.startswith("tree-verify-") else VerifyStep(kind.removeprefix("verify-"))
+                    if kind.startswith("tree-verify-"):
+                        module = TreeVerifyStep(int(kind.removeprefix("tree-verify-")))
+                    elif kind.startswith("verify-"):
+                        module = VerifyStep(kind.removeprefix("verify-"))
+                    else:
+                        module = {"sample": DraftSampleStep, "move-path": MovePathStep}[kind]()
                 else:
                     module = {"embed": EmbedStep, "layer": LayerStep, "head": HeadStep,
                               "tree-embed": TreeEmbedStep}[kind](stack)
@@ -201,7 +205,7 @@ class Engine:
                     ) -> tuple[Callable[..., Any], tuple[Tensor, ...]]:
         """The captured tree round of a budget and its input buffers (nodes, parents, sizes,
         uniforms), built on first use."""
-        key = ("tree", nodes, depth)
+        key = (nodes, depth)
         if key not in slot.trees:
             batch, dev = int(slot.tokens.shape[0]), self.device
             buffers = (torch.zeros(batch, nodes, dtype=torch.int64, device=dev),
@@ -235,7 +239,8 @@ class Engine:
         state = drafter.start(slot.tokens, slot.lengths, slot.capacity)
         while True:
             began = time.perf_counter()
-            tree = drafter.propose_tree(slot.tokens, slot.lengths, nodes, depth)
+            tree = checked_tree(drafter.propose_tree(slot.tokens, slot.lengths, nodes, depth), batch,
+                                nodes, depth)
             tree_tokens.copy_(tree.tokens)
             tree_parents.copy_(tree.parents)
             tree_sizes.copy_(tree.sizes)
@@ -305,6 +310,9 @@ class Engine:
                 row drafts K and verifies its drafts up to the first one below it. A knob,
                 like the sampling parameters: changing it compiles nothing.
         """
+        if self.draft is None:
+            raise ValueError("draft: this engine has no draft model (it runs tree drafters: "
+                             "iterate_tree); chain rounds need one")
         batch, policy, rule = int(prompt.shape[0]), run.policy, str(run.verifier)
         width = int(lengths.max())
         needed = max(width + run.max_new_tokens + policy.k_max + 1, run.capacity or 0)

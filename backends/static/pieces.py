@@ -80,16 +80,21 @@ class EmbedStep(nn.Module):
     def forward(self, tokens: Tensor, positions: Tensor, weight: Tensor,
                 keys: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """`keys` (any layer's K buffer [B, H_kv, C, hd]) only gives C."""
-        batch, width = tokens.shape
-        rep = self.heads // self.kv_heads
         slots = torch.arange(keys.shape[2], device=tokens.device)  # [C]
         mask = attention_mask(slots, positions, self.window)  # [B, 1, T, C]
+        return self.embedded(tokens, positions, positions, mask, weight)
+
+    def embedded(self, tokens: Tensor, positions: Tensor, write: Tensor, mask: Tensor,
+                 weight: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(x, cos, sin, write slots [B, 1, T], the mask per query head group) for tokens at
+        `positions` (rotary), written at slots `write`, attending under `mask` [B, 1, T, C]."""
+        batch, width = tokens.shape
+        rep = self.heads // self.kv_heads
         x = embed(tokens, weight, self.scale)  # [B, T, D]
         cos, sin = self.rotary(x, positions)  # [B, T, hd]
         group_mask = mask[:, :, None].expand(batch, 1, rep, width, mask.shape[-1]).reshape(
             batch, 1, rep * width, mask.shape[-1])  # [B, 1, rep*T, C]
-        return x, cos[:, None], sin[:, None], positions[:, None, :].contiguous(), \
-            group_mask.contiguous()
+        return x, cos[:, None], sin[:, None], write[:, None, :].contiguous(), group_mask.contiguous()
 
 
 class LayerStep(nn.Module):

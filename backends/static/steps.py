@@ -48,7 +48,7 @@ class Slot:
         lineage: the generation counter of the K/V buffers (bumped by every round).
         uniforms: K -> float64 [B, 2K+1], the round graph's random input.
         rounds: (K, rule) -> the captured round; prefill: the captured prefill.
-        trees: ("tree", N, D) -> the captured tree round and its input buffers (nodes,
+        trees: (N, D) -> the captured tree round and its input buffers (nodes,
             parents, sizes, uniforms [B, N+1]).
     """
 
@@ -64,7 +64,7 @@ class Slot:
     uniforms: dict[int, Tensor] = dataclasses.field(default_factory=dict)
     rounds: dict[tuple[int, str], Callable[..., Any]] = dataclasses.field(default_factory=dict)
     prefill: Callable[..., Any] | None = None
-    trees: dict[tuple[str, int, int], tuple[Callable[..., Any], tuple[Tensor, ...]]] = \
+    trees: dict[tuple[int, int], tuple[Callable[..., Any], tuple[Tensor, ...]]] = \
         dataclasses.field(default_factory=dict)
 
     @property

@@ -12,13 +12,15 @@ moves the accepted path's K/V into place; the rejected branches are dropped by l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
-from specsample_backends.torch._fast import LlamaStack, embed, tree_mask
+from specsample_backends.torch._fast import move_path, tree_mask
 from specsample_backends.torch._forward import llama_features
 from torch import Tensor, nn
 
+from .pieces import EmbedStep
 from .verify import commit, sample_tensor
 from .warp import warp_tensor
 
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from .steps import Slot
 
 __all__ = ["MovePathStep", "PiecewiseTreeRound", "TreeEmbedStep", "TreeRoundStep", "TreeVerifyStep",
-           "move_path", "verify_tree_tensor"]
+           "checked_tree", "move_path", "verify_tree_tensor"]
 
 
 def verify_tree_tensor(tokens: Tensor, parents: Tensor, target_probs: Tensor, uniforms: Tensor,
@@ -74,18 +76,26 @@ def verify_tree_tensor(tokens: Tensor, parents: Tensor, target_probs: Tensor, un
     return out, accepted, path
 
 
-def move_path(keys: Tensor, values: Tensor, first: Tensor, path: Tensor) -> None:
-    """`HFModel.commit_path` for one layer, in place: the entries at slots first + path[b, j]
-    go to first + j (j with path[b, j] >= 0; the others stay), every source read first."""
-    capacity = keys.shape[2]
-    dst = first[:, None] + torch.arange(path.shape[1], device=path.device)[None, :]  # [B, D]
-    src = torch.where(path >= 0, first[:, None] + path, dst).clamp(max=capacity - 1)
-    dst = dst.clamp(max=capacity - 1)
-    rows = torch.arange(keys.shape[0], device=keys.device)[:, None, None]  # [B, 1, 1]
-    heads = torch.arange(keys.shape[1], device=keys.device)[None, :, None]  # [1, H_kv, 1]
-    for buffer in (keys, values):
-        moved = buffer[rows, heads, src[:, None, :]]  # [B, H_kv, D, hd], a copy
-        buffer.index_put_((rows, heads, dst[:, None, :]), moved)
+def checked_tree(tree: Any, batch: int, nodes: int, depth: int) -> Any:
+    """A tree drafter's proposal, checked on the host before it enters the graphs (which
+    trust it): deterministic (probs None), [B, N] nodes and parents, sizes in [0, N], and
+    no node deeper than the graphs' depth D."""
+    from specsample.verify import check_lengths
+    from specsample.verify_tree import check_parents, tree_depth
+
+    if getattr(tree, "probs", None) is not None:
+        raise TypeError("drafter: the static engine verifies deterministic trees (probs None); "
+                        "a tree drawn from a law runs on the core loop (backend 'torch')")
+    for name in ("tokens", "parents"):
+        shape = list(getattr(getattr(tree, name, None), "shape", []))
+        if shape != [batch, nodes]:
+            raise ValueError(f"drafter: expected tree {name} of shape [{batch}, {nodes}], got {shape}")
+    check_parents(tree.parents, batch, nodes)
+    check_lengths("drafter: tree sizes", tree.sizes, batch, nodes)
+    if tree_depth(tree.parents) > depth:
+        raise ValueError(f"drafter: expected trees at most {depth} deep (its depth), got "
+                         f"{tree_depth(tree.parents)}")
+    return tree
 
 
 def feed_of(tokens: Tensor, lengths: Tensor, nodes: Tensor, parents: Tensor) -> tuple[Tensor, Tensor]:
@@ -95,27 +105,16 @@ def feed_of(tokens: Tensor, lengths: Tensor, nodes: Tensor, parents: Tensor) -> 
     return torch.cat([last, nodes], dim=1), torch.cat([torch.full_like(last, -1), parents + 1], dim=1)
 
 
-class TreeEmbedStep(nn.Module):
+class TreeEmbedStep(EmbedStep):
     """feed, parents [B, T] (by feed index), base [B] (the slot of feed 0) -> (x, cos, sin,
     the write slots [B, 1, T], the tree's group mask), as `EmbedStep` gives a chain."""
 
-    def __init__(self, stack: LlamaStack) -> None:
-        super().__init__()
-        self.rotary, self.scale = stack.rotary, stack.embed_scale
-        self.heads, self.kv_heads = stack.heads, stack.kv_heads
-
-    def forward(self, feed: Tensor, parents: Tensor, base: Tensor, weight: Tensor,
+    def forward(self, feed: Tensor, parents: Tensor, base: Tensor, weight: Tensor,  # type: ignore[override]
                 keys: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """`keys` (any layer's K buffer [B, H_kv, C, hd]) only gives C."""
-        batch, width = feed.shape
-        rep = self.heads // self.kv_heads
         positions, mask = tree_mask(base, parents, torch.arange(keys.shape[2], device=feed.device))
-        write = base[:, None] + torch.arange(width, device=feed.device)[None, :]  # [B, T]
-        x = embed(feed, weight, self.scale)
-        cos, sin = self.rotary(x, positions)
-        group_mask = mask[:, :, None].expand(batch, 1, rep, width, mask.shape[-1]).reshape(
-            batch, 1, rep * width, mask.shape[-1])
-        return x, cos[:, None], sin[:, None], write[:, None, :].contiguous(), group_mask.contiguous()
+        write = base[:, None] + torch.arange(feed.shape[1], device=feed.device)[None, :]  # [B, T]
+        return self.embedded(feed, positions, write, mask, weight)
 
 
 class TreeVerifyStep(nn.Module):
@@ -150,6 +149,19 @@ class MovePathStep(nn.Module):
         return first
 
 
+def settle(verify: Callable[..., Any], move: Callable[..., Any], slot: Slot, logits: Tensor,
+           first: Tensor, nodes: Tensor, parents: Tensor, sizes: Tensor, u: Tensor, knob: Tensor,
+           eos: Tensor) -> tuple[Tensor, ...]:
+    """A tree round's end, after the target's logits: verify and commit (`TreeVerifyStep`),
+    then move the accepted path's K/V into place layer by layer (`MovePathStep`); the round's
+    outputs but the path."""
+    *out, path = verify(logits, nodes, parents, sizes, u, knob, eos, slot.tokens, slot.lengths,
+                        slot.stop, slot.done)
+    for keys, values in slot.target_kv:
+        move(keys, values, first, path)
+    return tuple(out)
+
+
 class TreeRoundStep(nn.Module):
     """One tree round over a slot's buffers, captured whole (CUDA or HPU graphs): the tree's
     nodes, parents and sizes are inputs, written by the host before each replay."""
@@ -174,11 +186,7 @@ class TreeRoundStep(nn.Module):
         write = base[:, None] + torch.arange(feed.shape[1], device=feed.device)[None, :]
         logits = stack.head(llama_features(stack, feed, positions, mask, s.target_kv, write))
         logits = logits if logits.dtype == torch.float64 else logits.float()
-        *out, path = self.verify(logits, nodes, parents, sizes, u, knob, eos, s.tokens, s.lengths,
-                                 s.stop, s.done)
-        for keys, values in s.target_kv:
-            self.move(keys, values, first, path)
-        return tuple(out)
+        return settle(self.verify, self.move, s, logits, first, nodes, parents, sizes, u, knob, eos)
 
 
 class PiecewiseTreeRound:
@@ -209,8 +217,4 @@ class PiecewiseTreeRound:
         for keys, values, weights in self.layers:
             x = self.layer(x, cos, sin, where, mask, keys, values, *weights)
         logits = self.head(x, *self.head_weights)
-        *out, path = self.verify(logits, nodes, parents, sizes, u, knob, eos, s.tokens, s.lengths,
-                                 s.stop, s.done)
-        for keys, values in s.target_kv:
-            self.move(keys, values, first, path)
-        return tuple(out)
+        return settle(self.verify, self.move, s, logits, first, nodes, parents, sizes, u, knob, eos)

@@ -17,9 +17,23 @@ from transformers import PretrainedConfig
 
 from .parallel import TensorParallel, local
 
-__all__ = ["ARCHITECTURES", "Architecture", "DenseLinear", "LlamaStack", "PreparedLinear", "architecture",
-           "attention_mask", "decoder_layer", "embed", "hf_config", "is_supported", "rms_norm",
-           "submodule", "tree_mask"]
+__all__ = [
+    "ARCHITECTURES",
+    "Architecture",
+    "DenseLinear",
+    "LlamaStack",
+    "PreparedLinear",
+    "architecture",
+    "attention_mask",
+    "decoder_layer",
+    "embed",
+    "hf_config",
+    "is_supported",
+    "move_path",
+    "rms_norm",
+    "submodule",
+    "tree_mask",
+]
 
 Linear = Callable[[Tensor], Tensor]
 
@@ -314,6 +328,22 @@ def tree_mask(lengths: Tensor, parents: Tensor, slots: Tensor) -> tuple[Tensor, 
     tree = seen.gather(2, offset.clamp(0, width - 1)[:, None, :].expand(batch, width, -1))
     mask = (offset < 0)[:, None, :] | (inside[:, None, :] & tree)
     return lengths[:, None] + depth, mask[:, None]
+
+
+def move_path(keys: Tensor, values: Tensor, first: Tensor, path: Tensor) -> None:
+    """Move an accepted tree path's K/V into place in one layer's buffers [B, H_kv, C, hd]:
+    the entries at slots first + path[b, j] go to first + j (j with path[b, j] >= 0; the
+    others stay), every source read before any write (`HFModel.commit_path`, and the
+    static engine's captured piece)."""
+    capacity = keys.shape[2]
+    dst = first[:, None] + torch.arange(path.shape[1], device=path.device)[None, :]  # [B, D]
+    src = torch.where(path >= 0, first[:, None] + path, dst).clamp(max=capacity - 1)
+    dst = dst.clamp(max=capacity - 1)
+    rows = torch.arange(keys.shape[0], device=keys.device)[:, None, None]  # [B, 1, 1]
+    heads = torch.arange(keys.shape[1], device=keys.device)[None, :, None]  # [1, H_kv, 1]
+    for buffer in (keys, values):
+        moved = buffer[rows, heads, src[:, None, :]]  # [B, H_kv, D, hd], a copy
+        buffer.index_put_((rows, heads, dst[:, None, :]), moved)
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float, offset: float = 0.0) -> Tensor:

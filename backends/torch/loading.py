@@ -19,7 +19,7 @@ from specsample.hybrid import compose_drafter
 from specsample.lookup import PromptLookupDrafter
 from specsample.params import SamplingParams
 from specsample.protocols import Drafter
-from specsample.suffix import suffix_tree
+from specsample.suffix import is_suffix_tree_name, suffix_tree
 
 from ._fast import hf_config
 from .compat import check_compatible
@@ -218,7 +218,7 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
         return ModelDrafter(int8_draft(target))
     if name == "lookup":
         return PromptLookupDrafter()
-    if name.startswith("suffix-tree"):
+    if is_suffix_tree_name(name):
         return suffix_tree(name)  # type: ignore[return-value]
     if name == "head" or name.startswith("head:"):
         from specsample.feature import HeadDrafter

@@ -19,6 +19,7 @@ from ._fast import (
     attention_mask,
     hf_config,
     is_supported,
+    move_path,
     tree_mask,
 )
 from ._forward import llama_features
@@ -215,14 +216,8 @@ class HFModel:
         """
         check_live(cache)
         with torch.inference_mode():
-            dst = first[:, None] + self._slots[:path.shape[1]][None, :]  # [B, D]
-            src = torch.where(path >= 0, first[:, None] + path, dst).clamp(max=cache.capacity - 1)
-            dst = dst.clamp(max=cache.capacity - 1)
             for keys, values in cache.buffers:
-                for buffer in (keys, values):
-                    at = src[:, None, :, None].expand(-1, buffer.shape[1], -1, buffer.shape[3])
-                    moved = buffer.gather(2, at)  # read every source before writing
-                    buffer.scatter_(2, dst[:, None, :, None].expand_as(at), moved)
+                move_path(keys, values, first, path)
         return consume(cache, lengths=cache.lengths, buffers=cache.buffers)
 
     def _run(self, tokens: Tensor, cache: Cache, *, features: bool, parents: Tensor | None = None

@@ -20,6 +20,7 @@ from specsample.params import SamplingParams
 from specsample.protocols import FeatureDrafter
 from specsample.runner import Runner, load
 from specsample.shard import Shard, join
+from specsample.suffix import is_suffix_tree_name
 from specsample.testing import (
     FitResult,
     HomogeneityResult,
@@ -257,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
                          f"tokens), got {args.max_new_tokens}")
     config = config_from_args(args)
     chosen = settings(args, config)
-    if args.sampler == "tree" and not str(config.draft or "").startswith("suffix-tree"):
+    if args.sampler == "tree" and not is_suffix_tree_name(config.draft):
         _constant_k(config.k)  # fail before loading models (a tree drafter's budget is its own)
     runner = load(config)
     backend, tokenizer = runner.backend, runner.tokenizer

@@ -259,7 +259,9 @@ def _build_trees(drafter: Any, prompt: NDArray[np.int64], contexts: list[Key], n
     for i, c in enumerate(contexts):
         ids[i, : prompt.shape[1] + len(c)] = np.concatenate([prompt[0], np.asarray(c, dtype=np.int64)])
     lengths = np.array([prompt.shape[1] + len(c) for c in contexts], dtype=np.int64)
-    tree = drafter.propose_tree(ids, lengths, nodes, depth)
+    # A drafter that keeps what it proposed (a suffix tree's memory) offers `trees`, which
+    # changes nothing: these contexts are the sampler's, not a call's.
+    tree = getattr(drafter, "trees", drafter.propose_tree)(ids, lengths, nodes, depth)
     if tree.probs is not None:
         raise TypeError(f"drafter: the tree sampler verifies deterministic trees (probs None); "
                         f"{type(drafter).__name__} drew its tree from a law: sample through the engine")
@@ -285,7 +287,7 @@ def _plain(target: PrefixLaws, out: NDArray[np.int64], *, length: int, seed: int
 
 def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
                  params: SamplingParams, seed: int, length: int = 3, first_row: int = 0,
-                 verifier: Callable[..., Verdict] = verify, lookahead: int = 0,
+                 verifier: Callable[..., Any] = verify, lookahead: int = 0,
                  chunk: int = 65_536, batch: int = 64,
                  progress: Callable[[int], None] | None = None
                  ) -> tuple[NDArray[np.int64], NDArray[np.int64], dict[str, int]]:
@@ -307,8 +309,9 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         length: tokens per row, >= 1.
         first_row: the global index of the first row (the rows are first_row ..
             first_row + n - 1), for a call that computes one shard of a larger sample.
-        verifier: the acceptance rule (a tree rule for a tree drafter; `verify`, the
-            default, then means `verify_tree`).
+        verifier: the acceptance rule (for a tree drafter a tree rule; a chain rule of
+            `specsample.verifiers.VERIFIERS` then means `verify_tree`, as in `generate`).
+            A tree drafter's memory (a suffix tree's earlier calls) is used as it stands.
         lookahead: how many positions past its own the rule reads (0 for `verify`); laws
             after up to length - 1 + lookahead ids are then computed exactly.
         chunk: rows per block; the deepest laws are dropped between blocks.
@@ -347,10 +350,12 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
     q = None if tree else PrefixLaws(model, prompt, draft_law, depth=cut)  # type: ignore[arg-type]
     if tree:
         from specsample.tree import tree_rule  # the round module sits above the testing kit
+        from specsample.verifiers import VERIFIERS
 
         check_int("drafter.nodes", drafter.nodes, 1)
         check_int("drafter.depth", drafter.depth, 1)
-        rule = verify_tree if verifier is verify else tree_rule(verifier)
+        chain = any(verifier is rule for rule in VERIFIERS.values())  # a tree has one rule
+        rule = verify_tree if chain else tree_rule(verifier)
     spec = np.full((n, length), -1, dtype=np.int64)
     plain = np.full((n, length), -1, dtype=np.int64)
     for start in range(0, n, chunk):
