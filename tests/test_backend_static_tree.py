@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 from specsample_backends.static import create_cpu
-from specsample_backends.static.tree import move_path, verify_tree_tensor
+from specsample_backends.static.tree import move_path, tree_widths, verify_tree_tensor
 from specsample_backends.torch import HFModel
+from test_tree import tree_llama
 from torch._dynamo.utils import counters
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from specsample.generate import generate, generate_plain
 from specsample.options import RunOptions
@@ -31,10 +31,7 @@ PARAMS = [SamplingParams(temperature=0), SamplingParams(temperature=1.0),
 
 @pytest.fixture(scope="module")
 def target() -> HFModel:
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    return HFModel(LlamaForCausalLM(config).eval().double())
+    return tree_llama()
 
 
 def _tree_inputs(seed: int) -> tuple[torch.Tensor, ...]:
@@ -101,6 +98,35 @@ def test_tree_rounds_give_the_core_loops_tokens(target: HFModel, pieces: bool) -
     greedy = backend.generate(target, drafter, PROMPTS, RunOptions(max_new_tokens=30, params=PARAMS[0],
                                                                  prompt_lengths=LENGTHS))
     assert torch.equal(greedy.sequences, plain.sequences)
+
+
+def test_tree_widths_are_powers_of_two_then_the_budget() -> None:
+    assert [tree_widths(n) for n in (1, 2, 6, 8)] == [(1,), (1, 2), (1, 2, 4, 6), (1, 2, 4, 8)]
+
+
+def test_a_round_runs_the_narrowest_width_that_holds_its_trees(target: HFModel) -> None:
+    # Every width of the ladder is built (and warmed up) at the first run; then each round
+    # runs the smallest width that holds its widest active tree (recorded by wrapping the
+    # captured rounds), and the tokens stay the core loop's.
+    backend = create_cpu({"buckets": [48, 96], "dtype": "float64", "compiler": "aot_eager"})
+    drafter = SuffixTreeDrafter(nodes=6, depth=3)
+    run = dict(max_new_tokens=20, params=PARAMS[1], prompt_lengths=LENGTHS, seed=2)
+    backend.generate(target, drafter, PROMPTS, RunOptions(**run))  # type: ignore[arg-type]
+    slot = next(iter(backend.engine(target, drafter).slots.values()))  # type: ignore[arg-type]
+    assert sorted(slot.trees) == [(1, 3), (2, 3), (4, 3), (6, 3)]
+    used: list[int] = []
+    for (width, depth), (round_, buffers) in list(slot.trees.items()):
+        def recorded(*args, _round=round_, _width=width):  # type: ignore[no-untyped-def]
+            used.append(_width)
+            return _round(*args)
+        slot.trees[(width, depth)] = (recorded, buffers)
+    steps = list(backend.iterate(target, drafter, PROMPTS, RunOptions(**run)))  # type: ignore[arg-type]
+    widest = [max(step.result.drafted.tolist()) for step in steps]
+    assert used == [next(w for w in tree_widths(6) if w >= s) for s in widest]
+    assert len(set(used)) >= 2, used
+    want = generate(target, drafter, PROMPTS, **run)  # type: ignore[arg-type]
+    assert torch.equal(backend.generate(target, drafter, PROMPTS, RunOptions(**run)).sequences,  # type: ignore[arg-type]
+                       want.sequences)
 
 
 def _graphs() -> tuple[int, int]:

@@ -148,14 +148,9 @@ TREE_PROMPT = [1, 5, 2, 7, 1, 5, 3, 1, 5, 2]
 
 
 def _llama() -> object:
-    import torch
-    from specsample_backends.torch import HFModel
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from test_tree import tree_llama
 
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    return HFModel(LlamaForCausalLM(config).eval().double())
+    return tree_llama()
 
 
 def test_a_tree_drafters_rows_are_the_engines_rows() -> None:

@@ -30,12 +30,17 @@ ROWS = 20_000
 PROMPT = [1, 5, 2, 7, 1, 5, 3, 1, 5, 2]  # "1 5" recurs: the suffix drafter finds trees
 
 
-@pytest.fixture(scope="module")
-def target() -> HFModel:
-    torch.manual_seed(0)
+def tree_llama(seed: int = 0, *, fast: bool = True) -> HFModel:
+    """The tiny random Llama of the tree tests (V = 8, float64), seeded."""
+    torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    return HFModel(LlamaForCausalLM(config).eval().double())
+    return HFModel(LlamaForCausalLM(config).eval().double(), fast=fast)
+
+
+@pytest.fixture(scope="module")
+def target() -> HFModel:
+    return tree_llama()
 
 
 def _chain_logits(target: HFModel, tokens: list[int]) -> torch.Tensor:
@@ -49,10 +54,7 @@ def test_hf_model_is_a_tree_model(target: HFModel) -> None:
 
 @pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "generic-path"])
 def test_a_tree_forward_gives_each_node_its_paths_logits(fast: bool) -> None:
-    torch.manual_seed(1)
-    config = LlamaConfig(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    model = HFModel(LlamaForCausalLM(config).eval().double(), fast=fast)
+    model = tree_llama(1, fast=fast)
     context = [3, 1, 4, 1, 5]
     # Feed: the last committed token (5), then nodes with parents (feed indices).
     tokens = [5, 2, 6, 7, 2, 0, 3]

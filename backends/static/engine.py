@@ -39,7 +39,15 @@ from .pieces import (
     stack_config,
 )
 from .steps import KV, PiecewisePrefill, PiecewiseRound, PrefillStep, RoundStep, Slot
-from .tree import MovePathStep, PiecewiseTreeRound, TreeEmbedStep, TreeRoundStep, TreeVerifyStep, checked_tree
+from .tree import (
+    MovePathStep,
+    PiecewiseTreeRound,
+    TreeEmbedStep,
+    TreeRoundStep,
+    TreeVerifyStep,
+    checked_tree,
+    tree_widths,
+)
 from .warp import knobs
 
 __all__ = ["BUCKETS", "Capture", "Engine", "EngineOptions", "Slot"]
@@ -201,19 +209,26 @@ class Engine:
                                                            (slot.uniforms[k], slot.knob, slot.eos)))
         return slot.rounds[(k, rule)]
 
-    def _tree_round(self, slot: Slot, nodes: int, depth: int
+    def _tree_round(self, slot: Slot, width: int, depth: int
                     ) -> tuple[Callable[..., Any], tuple[Tensor, ...]]:
-        """The captured tree round of a budget and its input buffers (nodes, parents, sizes,
-        uniforms), built on first use."""
-        key = (nodes, depth)
+        """The captured tree round of `width` nodes and depth D, and its input buffers (nodes,
+        parents, sizes, uniforms), built on first use and warmed up at once: run with every
+        row done, it compiles its graphs and commits nothing (done rows emit nothing, and
+        what it writes to the K/V lies past the valid lengths, or at the last committed
+        token's slot, which every round writes again)."""
+        key = (width, depth)
         if key not in slot.trees:
             batch, dev = int(slot.tokens.shape[0]), self.device
-            buffers = (torch.zeros(batch, nodes, dtype=torch.int64, device=dev),
-                       torch.full((batch, nodes), -1, dtype=torch.int64, device=dev),
+            buffers = (torch.zeros(batch, width, dtype=torch.int64, device=dev),
+                       torch.full((batch, width), -1, dtype=torch.int64, device=dev),
                        torch.zeros(batch, dtype=torch.int64, device=dev),
-                       torch.zeros(batch, nodes + 1, dtype=torch.float64, device=dev))
-            round_ = (PiecewiseTreeRound(self, slot, nodes, depth) if self.pieces else
+                       torch.zeros(batch, width + 1, dtype=torch.float64, device=dev))
+            round_ = (PiecewiseTreeRound(self, slot, width, depth) if self.pieces else
                       self.capture.capture(TreeRoundStep(self, slot, depth), (*buffers, slot.knob, slot.eos)))
+            done = slot.done.clone()
+            slot.done.fill_(True)
+            round_(*buffers, slot.knob, slot.eos)
+            slot.done.copy_(done)
             slot.trees[key] = (round_, buffers)
         return slot.trees[key]
 
@@ -222,7 +237,11 @@ class Engine:
         """Tree rounds until every row stops, yielding a core `Step` after each (the drafter
         reads the committed tokens every round, so the host syncs every round).
 
-        Round r reads the verification columns of `round_uniforms(seed, r, B, N)`, as
+        A round runs the graphs of the smallest width in `tree_widths(N)` that holds its
+        widest active tree (rows with smaller trees are masked by their size), so a round of
+        one-node trees does not pay for an N-node verify; every width's graphs are built and
+        warmed up at the first run. Round r reads the verification columns of
+        `round_uniforms(seed, r, B, N)` (the first `width` and the final one), as
         `run_tree_rounds` does: the same tokens as the core loop.
         """
         if self.target.window is not None:
@@ -234,17 +253,22 @@ class Engine:
         self.load(slot, prompt, lengths, run.max_new_tokens, run.params, run.eos_token_id)
         if width > 1:
             self.prefill(slot, prompt, width - 1)
-        round_, (tree_tokens, tree_parents, tree_sizes, u) = self._tree_round(slot, nodes, depth)
+        ladder = tree_widths(nodes)
+        rounds = {w: self._tree_round(slot, w, depth) for w in ladder}
         metrics, index = Metrics(), 0
         state = drafter.start(slot.tokens, slot.lengths, slot.capacity)
         while True:
             began = time.perf_counter()
             tree = checked_tree(drafter.propose_tree(slot.tokens, slot.lengths, nodes, depth), batch,
                                 nodes, depth)
-            tree_tokens.copy_(tree.tokens)
-            tree_parents.copy_(tree.parents)
-            tree_sizes.copy_(tree.sizes)
-            u.copy_(torch.from_numpy(round_uniforms(run.seed, index, batch, nodes)[:, nodes:]))
+            widest = int(torch.where(slot.done, 0, tree.sizes.to(slot.done.device)).max())
+            w = next(w for w in ladder if w >= widest)
+            round_, (tree_tokens, tree_parents, tree_sizes, u) = rounds[w]
+            tree_tokens.copy_(tree.tokens[:, :w])
+            tree_parents.copy_(tree.parents[:, :w])
+            tree_sizes.copy_(tree.sizes.clamp(max=w))  # only done rows are clamped
+            columns = torch.from_numpy(round_uniforms(run.seed, index, batch, nodes))  # [B, 2N+1]
+            u.copy_(torch.cat([columns[:, nodes:nodes + w], columns[:, 2 * nodes:]], dim=1))
             slot.lineage.generation += 1
             out = tuple(t.clone() for t in round_(tree_tokens, tree_parents, tree_sizes, u, slot.knob,
                                                    slot.eos))

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .steps import Slot
 
 __all__ = ["MovePathStep", "PiecewiseTreeRound", "TreeEmbedStep", "TreeRoundStep", "TreeVerifyStep",
-           "checked_tree", "move_path", "verify_tree_tensor"]
+           "checked_tree", "move_path", "tree_widths", "verify_tree_tensor"]
 
 
 def verify_tree_tensor(tokens: Tensor, parents: Tensor, target_probs: Tensor, uniforms: Tensor,
@@ -74,6 +74,16 @@ def verify_tree_tensor(tokens: Tensor, parents: Tensor, target_probs: Tensor, un
     out = torch.where(wide < accepted[:, None], padded,
                       torch.where(wide == accepted[:, None], final[:, None], -1))
     return out, accepted, path
+
+
+def tree_widths(nodes: int) -> tuple[int, ...]:
+    """The tree widths an N-node budget captures: the powers of two below N, then N (a
+    round takes the smallest that holds its widest tree)."""
+    widths, w = [], 1
+    while w < nodes:
+        widths.append(w)
+        w *= 2
+    return (*widths, nodes)
 
 
 def checked_tree(tree: Any, batch: int, nodes: int, depth: int) -> Any:

@@ -187,12 +187,18 @@ def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], 
             p = xp.stack([target.rows(keys[s:s + batch])[0] for keys in target_keys], axis=1)
             tokens = xp.asarray(drafted[s:s + batch], dtype=xp.int64, device=device(p))
             verdict = verifier(tokens, q, p, _on(u[s:s + batch, k:], p), check=False)
-            got, count = _numpy(verdict.tokens), _numpy(verdict.num_accepted) + 1
-            for i, r in enumerate(rows):
-                take = min(int(count[i]), length - int(depth[r]))
-                out[r, depth[r]: depth[r] + take] = got[i, :take]
-                depth[r] += take
+            _commit(out, depth, rows, verdict, length)
         step += 1
+
+
+def _commit(out: NDArray[np.int64], depth: NDArray[np.int64], rows: NDArray[np.intp], verdict: Any,
+            length: int) -> None:
+    """Append each row's accepted tokens and final token to `out`, up to `length` tokens."""
+    got, count = _numpy(verdict.tokens), _numpy(verdict.num_accepted) + 1
+    for i, r in enumerate(rows):
+        take = min(int(count[i]), length - int(depth[r]))
+        out[r, depth[r]: depth[r] + take] = got[i, :take]
+        depth[r] += take
 
 
 def _node_keys(context: Key, tokens: NDArray[np.int64], parents: NDArray[np.int64], size: int,
@@ -240,11 +246,7 @@ def _speculative_tree(target: PrefixLaws, drafter: Any, prompt: NDArray[np.int64
             sizes = xp.asarray([trees[c][2] for c in part], dtype=xp.int64, device=where)
             verdict = verifier(tokens, parents, None, p, _on(u[s:s + rows_per_call], p),
                                depth=depth_max, tree_sizes=sizes, check=False)
-            got, count = _numpy(verdict.tokens), _numpy(verdict.num_accepted) + 1
-            for i, r in enumerate(rows):
-                take = min(int(count[i]), length - int(depth[r]))
-                out[r, depth[r]: depth[r] + take] = got[i, :take]
-                depth[r] += take
+            _commit(out, depth, rows, verdict, length)
         step += 1
 
 
