@@ -102,6 +102,8 @@ def test_tree_rounds_give_the_core_loops_tokens(target: HFModel, pieces: bool) -
 
 def test_tree_widths_are_powers_of_two_then_the_budget() -> None:
     assert [tree_widths(n) for n in (1, 2, 6, 8)] == [(1,), (1, 2), (1, 2, 4, 6), (1, 2, 4, 8)]
+    with pytest.raises(ValueError, match="nodes: expected"):
+        tree_widths(0)
 
 
 def test_a_round_runs_the_narrowest_width_that_holds_its_trees(target: HFModel) -> None:

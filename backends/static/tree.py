@@ -20,6 +20,10 @@ from specsample_backends.torch._fast import move_path, tree_mask
 from specsample_backends.torch._forward import llama_features
 from torch import Tensor, nn
 
+from specsample._array import check_int
+from specsample.verify import check_lengths
+from specsample.verify_tree import check_parents, tree_depth
+
 from .pieces import EmbedStep
 from .verify import commit, sample_tensor
 from .warp import warp_tensor
@@ -79,6 +83,7 @@ def verify_tree_tensor(tokens: Tensor, parents: Tensor, target_probs: Tensor, un
 def tree_widths(nodes: int) -> tuple[int, ...]:
     """The tree widths an N-node budget captures: the powers of two below N, then N (a
     round takes the smallest that holds its widest tree)."""
+    check_int("nodes", nodes, 1)
     widths, w = [], 1
     while w < nodes:
         widths.append(w)
@@ -90,9 +95,6 @@ def checked_tree(tree: Any, batch: int, nodes: int, depth: int) -> Any:
     """A tree drafter's proposal, checked on the host before it enters the graphs (which
     trust it): deterministic (probs None), [B, N] nodes and parents, sizes in [0, N], and
     no node deeper than the graphs' depth D."""
-    from specsample.verify import check_lengths
-    from specsample.verify_tree import check_parents, tree_depth
-
     if getattr(tree, "probs", None) is not None:
         raise TypeError("drafter: the static engine verifies deterministic trees (probs None); "
                         "a tree drawn from a law runs on the core loop (backend 'torch')")
