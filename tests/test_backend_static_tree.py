@@ -131,6 +131,25 @@ def test_a_round_runs_the_narrowest_width_that_holds_its_trees(target: HFModel) 
                        want.sequences)
 
 
+def test_warming_up_a_width_changes_nothing_a_later_round_reads(target: HFModel) -> None:
+    backend = create_cpu({"buckets": [48, 96], "dtype": "float64", "compiler": "aot_eager"})
+    drafter = SuffixTreeDrafter(nodes=6, depth=3)
+    backend.generate(target, drafter, PROMPTS, RunOptions(max_new_tokens=8, prompt_lengths=LENGTHS))
+    engine = backend.engine(target, drafter)  # type: ignore[arg-type]
+    slot = next(iter(engine.slots.values()))
+    slot.done.copy_(torch.tensor([False, True, False]))  # rows that would commit, were they live
+    before = [t.clone() for t in (slot.tokens, slot.lengths, slot.done)]
+    valid = [[(k[b, :, :n - 1].clone(), v[b, :, :n - 1].clone()) for k, v in slot.target_kv]
+             for b, n in enumerate(slot.lengths.tolist())]
+    with torch.no_grad():  # as the backend runs the engine
+        engine._tree_round(slot, 3, 3)  # a width this slot has not built: built and warmed up now
+    assert (3, 3) in slot.trees
+    assert all(torch.equal(a, b) for a, b in zip((slot.tokens, slot.lengths, slot.done), before, strict=True))
+    for b, n in enumerate(slot.lengths.tolist()):
+        for (k, v), (k0, v0) in zip(slot.target_kv, valid[b], strict=True):
+            assert torch.equal(k[b, :, :n - 1], k0) and torch.equal(v[b, :, :n - 1], v0)
+
+
 def _graphs() -> tuple[int, int]:
     return counters["stats"]["unique_graphs"], counters["frames"]["total"]
 

@@ -227,8 +227,10 @@ class Engine:
                       self.capture.capture(TreeRoundStep(self, slot, depth), (*buffers, slot.knob, slot.eos)))
             done = slot.done.clone()
             slot.done.fill_(True)
-            round_(*buffers, slot.knob, slot.eos)
-            slot.done.copy_(done)
+            try:
+                round_(*buffers, slot.knob, slot.eos)
+            finally:
+                slot.done.copy_(done)
             slot.trees[key] = (round_, buffers)
         return slot.trees[key]
 
@@ -240,7 +242,7 @@ class Engine:
         A round runs the graphs of the smallest width in `tree_widths(N)` that holds its
         widest active tree (rows with smaller trees are masked by their size), so a round of
         one-node trees does not pay for an N-node verify; every width's graphs are built and
-        warmed up at the first run. Round r reads the verification columns of
+        warmed up at the first run of each (batch, bucket). Round r reads the verification columns of
         `round_uniforms(seed, r, B, N)` (the first `width` and the final one), as
         `run_tree_rounds` does: the same tokens as the core loop.
         """
@@ -248,11 +250,11 @@ class Engine:
             raise ValueError(f"drafter: a tree verify needs full attention, the target has a "
                              f"sliding window of {self.target.window}")
         batch, nodes, depth = int(prompt.shape[0]), int(drafter.nodes), int(drafter.depth)
-        width = int(lengths.max())
-        slot = self.slot(batch, self.bucket(max(width + run.max_new_tokens + nodes + 1, run.capacity or 0)))
+        longest = int(lengths.max())
+        slot = self.slot(batch, self.bucket(max(longest + run.max_new_tokens + nodes + 1, run.capacity or 0)))
         self.load(slot, prompt, lengths, run.max_new_tokens, run.params, run.eos_token_id)
-        if width > 1:
-            self.prefill(slot, prompt, width - 1)
+        if longest > 1:
+            self.prefill(slot, prompt, longest - 1)
         ladder = tree_widths(nodes)
         rounds = {w: self._tree_round(slot, w, depth) for w in ladder}
         metrics, index = Metrics(), 0

@@ -48,8 +48,8 @@ class Slot:
         lineage: the generation counter of the K/V buffers (bumped by every round).
         uniforms: K -> float64 [B, 2K+1], the round graph's random input.
         rounds: (K, rule) -> the captured round; prefill: the captured prefill.
-        trees: (N, D) -> the captured tree round and its input buffers (nodes,
-            parents, sizes, uniforms [B, N+1]).
+        trees: (width, D) -> the captured tree round of that width and its input buffers
+            (nodes, parents [B, width], sizes, uniforms [B, width+1]).
     """
 
     tokens: Tensor

@@ -1,9 +1,9 @@
 """Draft trees on the static engine: the target scores a whole tree in one captured forward.
 
 A tree drafter (the suffix tree) proposes on the host, from the committed tokens, between
-rounds; its nodes go into fixed [B, N] buffers (rows with fewer nodes are masked by their
-size), so the graphs depend on the budget only: one set per (batch, bucket, N, D), and
-nothing is compiled after warm-up whatever the trees look like. A round feeds the last
+rounds; its nodes go into fixed buffers (rows with fewer nodes are masked by their size),
+so the graphs depend on the budget only: per (batch, bucket, N, D), one set for each width
+of `tree_widths(N)`, and nothing is compiled after warm-up whatever the trees look like. A round feeds the last
 committed token and the N nodes (the tree mask: each attends the committed context, its
 ancestors and itself; position = depth), verifies by recursive rejection sampling
 (`verify_tree`'s walk with one-hot q, the same operations in the same order), commits, and
@@ -206,6 +206,7 @@ class PiecewiseTreeRound:
     chain round of the same width shares, the tree verify, the path move), loops in Python."""
 
     def __init__(self, engine: Engine, slot: Slot, nodes: int, depth: int) -> None:
+        """`nodes`: this round's width (the nodes it feeds after the last committed token)."""
         self.slot, self.stack = slot, engine.target
         kv, width = slot.target_kv, nodes + 1
         self.embed = engine.piece("tree-embed", engine.target, width, kv)
