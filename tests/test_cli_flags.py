@@ -208,3 +208,11 @@ def test_check_runs_the_verifier_the_config_names(capsys: pytest.CaptureFixture[
     assert "verifier block" in capsys.readouterr().out and seen == [verify_block]
     main([*tree, "--broken", "resample-from-p"])
     assert "verifier resample-from-p" in capsys.readouterr().out and seen[-1] is not verify_block
+    monkeypatch.delenv(f"{ENV_PREFIX}VERIFIER")
+    assert main([*tree, "--verifier", "block"]) == 0  # the flag says the same
+    assert "verifier block" in capsys.readouterr().out and seen[-1] is verify_block
+    assert main([*tree, "--verifier", "token"]) == 0
+    assert "verifier token" in capsys.readouterr().out and seen[-1] is not verify_block
+    with pytest.raises(SystemExit):  # not a rule the option offers: argparse refuses it
+        main([*tree, "--verifier", "tree"])
+    assert "--verifier: invalid choice: 'tree'" in capsys.readouterr().err

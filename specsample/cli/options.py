@@ -54,12 +54,16 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft", default=None,
                        help=f"drafter: {DEFAULT_DRAFT!r} (default on torch: lookup where the context "
                             f"repeats, int8 where Thm 3.8 predicts a speedup, else plain steps), "
-                            f"'int8', 'early-exit:N', 'lookup', 'suffix-tree[:N[xD]]' (a tree of up "
-                            f"to N candidates, D deep, from the context; --k is unused), "
+                            f"'int8', 'early-exit:N', 'lookup', 'suffix-tree[:N[xD]][+memory]' (a tree "
+                            f"of up to N candidates, D deep, from the context and with +memory "
+                            f"earlier calls; --k is unused), "
                             f"'head[:FILE]' (a trained draft head), "
                             f"'hybrid[:NAME]', NAME@THRESHOLD or a model spec; on the reference "
                             f"backend 'noisy:E', 'lookup' or 'ngram:...'")
     group.add_argument("--k", type=k_value, default=None, help="drafts per round, or 'adaptive'")
+    group.add_argument("--verifier", choices=("token", "block"), default=None,
+                       help="the acceptance rule: 'token' (token-wise, the default) or 'block' "
+                            "(block verification); a tree drafter has one rule")
     group.add_argument("--temperature", type=float, default=None, help="0 means greedy")
     group.add_argument("--top-k", type=int, default=None)
     group.add_argument("--top-p", type=float, default=None)
@@ -83,7 +87,7 @@ def config_from_args(args: argparse.Namespace, *, environ: Mapping[str, str] | N
     the reference backend (its toy models).
     """
     values: dict[str, Any] = {}
-    for name in ("backend", "target", "draft", "k", *SAMPLING, "seed"):
+    for name in ("backend", "target", "draft", "k", "verifier", *SAMPLING, "seed"):
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     options = {name: getattr(args, name) for name in ("device", "dtype", "tp", "check_replicas")
