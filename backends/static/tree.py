@@ -3,9 +3,10 @@
 A tree drafter (the suffix tree) proposes on the host, from the committed tokens, between
 rounds; its nodes go into fixed buffers (rows with fewer nodes are masked by their size),
 so the graphs depend on the budget only: per (batch, bucket, N, D), one set for each width
-of `tree_widths(N)`, and nothing is compiled after warm-up whatever the trees look like. A round feeds the last
-committed token and the N nodes (the tree mask: each attends the committed context, its
-ancestors and itself; position = depth), verifies by recursive rejection sampling
+of `tree_widths(N)`, and nothing is compiled after warm-up whatever the trees look like.
+A round feeds the last committed token and the nodes (the tree mask: each attends the
+committed context, its ancestors and itself; position = depth), verifies by recursive
+rejection sampling
 (`verify_tree`'s walk with one-hot q, the same operations in the same order), commits, and
 moves the accepted path's K/V into place; the rejected branches are dropped by length.
 """
