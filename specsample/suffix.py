@@ -109,12 +109,10 @@ class SuffixTreeDrafter:
     def propose_tree(self, tokens: Array, lengths: Array, nodes: int, depth: int) -> TreeProposal:
         """A tree of at most `nodes` nodes and `depth` levels per row (`trees`); with
         `remember`, each row's context is also kept for the memory of later calls."""
-        proposal = self.trees(tokens, lengths, nodes, depth)  # validates the inputs
+        contexts = _contexts(tokens, lengths)
         if self.remember:
-            rows = np.asarray(host_ints(namespace(tokens).reshape(tokens, (-1,)))).reshape(tokens.shape)
-            for b, length in enumerate(host_ints(lengths)):
-                self._latest[b] = rows[b, :length].copy()
-        return proposal
+            self._latest.update((b, context.copy()) for b, context in enumerate(contexts))
+        return self._propose(contexts, nodes, depth, tokens)
 
     def trees(self, tokens: Array, lengths: Array, nodes: int, depth: int) -> TreeProposal:
         """A tree of at most `nodes` nodes and `depth` levels per row, from each row's context
@@ -130,27 +128,25 @@ class SuffixTreeDrafter:
         Returns:
             A TreeProposal (probs None); a row without any match has size 0.
         """
-        xp = namespace(tokens, lengths)
-        check_shape("tokens", tokens, (None, None))
-        check_shape("lengths", lengths, (int(tokens.shape[0]),))
+        return self._propose(_contexts(tokens, lengths), nodes, depth, tokens)
+
+    def _propose(self, contexts: list[np.ndarray], nodes: int, depth: int, like: Array) -> TreeProposal:
+        """The trees after each context, as arrays of `like`'s library and device."""
         check_int("nodes", nodes, 1)
         check_int("depth", depth, 1)
-        rows = np.asarray(host_ints(xp.reshape(xp.astype(tokens, xp.int64), (-1,)))).reshape(tokens.shape)
-        out_tokens = np.zeros((rows.shape[0], nodes), dtype=np.int64)
-        out_parents = np.full((rows.shape[0], nodes), -1, dtype=np.int64)
-        sizes = np.zeros(rows.shape[0], dtype=np.int64)
+        out_tokens = np.zeros((len(contexts), nodes), dtype=np.int64)
+        out_parents = np.full((len(contexts), nodes), -1, dtype=np.int64)
+        sizes = np.zeros(len(contexts), dtype=np.int64)
         built: dict[bytes, list[tuple[int, int]]] = {}  # rows with one context share its tree
-        for b, length in enumerate(host_ints(lengths)):
-            if not 1 <= length <= rows.shape[1]:
-                raise ValueError(f"lengths: expected values in [1, {rows.shape[1]}], got {length}")
-            key = rows[b, :length].tobytes()
+        for b, context in enumerate(contexts):
+            key = context.tobytes()
             if key not in built:
-                built[key] = self._tree(rows[b, :length], nodes, depth)
+                built[key] = self._tree(context, nodes, depth)
             chosen = built[key]
             sizes[b] = len(chosen)
             for i, (token, parent) in enumerate(chosen):
                 out_tokens[b, i], out_parents[b, i] = token, parent
-        where = device(tokens)
+        xp, where = namespace(like), device(like)
         return TreeProposal(tokens=xp.asarray(out_tokens, device=where),
                             parents=xp.asarray(out_parents, device=where),
                             sizes=xp.asarray(sizes, device=where))
@@ -212,6 +208,21 @@ class SuffixTreeDrafter:
         return chosen
 
 
+def _contexts(tokens: Array, lengths: Array) -> list[np.ndarray]:
+    """Each row's committed ids on the host (one read of `tokens`): tokens int [B, C],
+    lengths int [B] in [1, C]."""
+    xp = namespace(tokens, lengths)
+    check_shape("tokens", tokens, (None, None))
+    check_shape("lengths", lengths, (int(tokens.shape[0]),))
+    rows = np.asarray(host_ints(xp.reshape(xp.astype(tokens, xp.int64), (-1,)))).reshape(tokens.shape)
+    contexts = []
+    for b, length in enumerate(host_ints(lengths)):
+        if not 1 <= length <= rows.shape[1]:
+            raise ValueError(f"lengths: expected values in [1, {rows.shape[1]}], got {length}")
+        contexts.append(rows[b, :length])
+    return contexts
+
+
 REMEMBER = 64  # sequences a "+memory" suffix tree keeps from earlier calls
 
 
@@ -231,8 +242,7 @@ def suffix_tree(name: str) -> SuffixTreeDrafter:
     base = name.removesuffix("+memory") if isinstance(name, str) else ""
     budget = base.removeprefix("suffix-tree").removeprefix(":")
     parts = budget.split("x") if budget else []
-    if not base.startswith("suffix-tree") or (base != "suffix-tree" and not base.startswith("suffix-tree:")) \
-            or len(parts) > 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+    if not is_suffix_tree_name(name) or len(parts) > 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
         raise ValueError(f"draft: expected 'suffix-tree', 'suffix-tree:N' or 'suffix-tree:NxD' with "
                          f"N, D ints >= 1, optionally ending in '+memory', got {name!r}")
     sizes = dict(zip(("nodes", "depth"), (int(p) for p in parts), strict=False))

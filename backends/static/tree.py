@@ -6,9 +6,9 @@ so the graphs depend on the budget only: per (batch, bucket, N, D), one set for 
 of `tree_widths(N)`, and nothing is compiled after warm-up whatever the trees look like.
 A round feeds the last committed token and the nodes (the tree mask: each attends the
 committed context, its ancestors and itself; position = depth), verifies by recursive
-rejection sampling
-(`verify_tree`'s walk with one-hot q, the same operations in the same order), commits, and
-moves the accepted path's K/V into place; the rejected branches are dropped by length.
+rejection sampling (`verify_tree`'s walk with one-hot q, the same operations in the same
+order), commits, and moves the accepted path's K/V into place; the rejected branches are
+dropped by length.
 """
 
 from __future__ import annotations
@@ -118,6 +118,14 @@ def feed_of(tokens: Tensor, lengths: Tensor, nodes: Tensor, parents: Tensor) -> 
     return torch.cat([last, nodes], dim=1), torch.cat([torch.full_like(last, -1), parents + 1], dim=1)
 
 
+def tree_layout(base: Tensor, parents: Tensor, capacity: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(positions [B, T], write slots [B, T], mask [B, 1, T, C]) of a tree fed at slots
+    base .. base + T - 1, parents by feed index."""
+    positions, mask = tree_mask(base, parents, torch.arange(capacity, device=parents.device))
+    write = base[:, None] + torch.arange(parents.shape[1], device=parents.device)[None, :]
+    return positions, write, mask
+
+
 class TreeEmbedStep(EmbedStep):
     """feed, parents [B, T] (by feed index), base [B] (the slot of feed 0) -> (x, cos, sin,
     the write slots [B, 1, T], the tree's group mask), as `EmbedStep` gives a chain."""
@@ -125,8 +133,7 @@ class TreeEmbedStep(EmbedStep):
     def forward(self, feed: Tensor, parents: Tensor, base: Tensor, weight: Tensor,  # type: ignore[override]
                 keys: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """`keys` (any layer's K buffer [B, H_kv, C, hd]) only gives C."""
-        positions, mask = tree_mask(base, parents, torch.arange(keys.shape[2], device=feed.device))
-        write = base[:, None] + torch.arange(feed.shape[1], device=feed.device)[None, :]  # [B, T]
+        positions, write, mask = tree_layout(base, parents, int(keys.shape[2]))
         return self.embedded(feed, positions, write, mask, weight)
 
 
@@ -194,9 +201,7 @@ class TreeRoundStep(nn.Module):
         s, stack = self.slot, self.engine.target
         first = s.lengths.clone()
         feed, feed_parents = feed_of(s.tokens, s.lengths, nodes, parents)
-        base = s.lengths - 1
-        positions, mask = tree_mask(base, feed_parents, torch.arange(s.capacity, device=feed.device))
-        write = base[:, None] + torch.arange(feed.shape[1], device=feed.device)[None, :]
+        positions, write, mask = tree_layout(s.lengths - 1, feed_parents, s.capacity)
         logits = stack.head(llama_features(stack, feed, positions, mask, s.target_kv, write))
         logits = logits if logits.dtype == torch.float64 else logits.float()
         return settle(self.verify, self.move, s, logits, first, nodes, parents, sizes, u, knob, eos)
