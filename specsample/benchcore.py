@@ -43,9 +43,10 @@ def _caller(args: tuple[Any, ...], check: bool) -> Callable[[], object]:
     return lambda: verify(*args, check=check)
 
 
-def timings(call: Callable[[], object], repeats: int) -> list[float]:
-    """Seconds of `repeats` calls of `call`, after one warm-up call."""
-    call()  # warm-up
+def timings(call: Callable[[], object], repeats: int, *, warm_up: bool = True) -> list[float]:
+    """Seconds of `repeats` calls of `call`, after one warm-up call (unless `warm_up` is False)."""
+    if warm_up:
+        call()
     out = []
     for _ in range(repeats):
         began = time.perf_counter()
@@ -119,7 +120,8 @@ def bench_warp(*, batches: Iterable[int] = (1, 8, 64), rows: int = 5, vocab: int
 
     Returns:
         One record per setting and warp in `WARPS`: library, batch, rows, vocab, spread, warp,
-        check, median_ms, p90_ms, repeats.
+        check, median_ms, p90_ms, repeats, and the ratios of its median to the softmax's and
+        to the temperature-only warp's (the warps are timed in turn within each repeat).
     """
     libraries = tuple(libraries)
     known = ("numpy-float64", "numpy-float32", "torch-float32", "torch-float64")
@@ -132,13 +134,25 @@ def bench_warp(*, batches: Iterable[int] = (1, 8, 64), rows: int = 5, vocab: int
                 progress(f"{library} B={batch}")
             normal = np.random.default_rng(batch).normal(size=(batch, rows, vocab)) * spread
             logits = _logits(normal, library)  # [B, rows, V]
-            for name, params in WARPS.items():
-                call = _softmax_of(logits) if params is None else _warp_caller(logits, params, check)
-                times = sorted(timings(call, repeats))
+            calls = {name: _softmax_of(logits) if params is None else _warp_caller(logits, params, check)
+                     for name, params in WARPS.items()}
+            # Round-robin: each repeat times every warp once, so a slow spell of a shared
+            # machine falls on all of them alike and their ratios stay side by side.
+            times: dict[str, list[float]] = {name: [] for name in calls}
+            for call in calls.values():
+                call()  # warm-up
+            for _ in range(repeats):
+                for name, call in calls.items():
+                    times[name] += timings(call, 1, warm_up=False)
+            medians = {name: statistics.median(t) for name, t in times.items()}
+            for name, spent in times.items():
+                spent.sort()
                 records.append({"library": library, "batch": batch, "rows": rows, "vocab": vocab,
                                 "spread": spread, "warp": name, "check": check,
-                                "median_ms": 1e3 * statistics.median(times),
-                                "p90_ms": 1e3 * times[int(0.9 * (len(times) - 1))], "repeats": repeats})
+                                "median_ms": 1e3 * medians[name],
+                                "p90_ms": 1e3 * spent[int(0.9 * (len(spent) - 1))], "repeats": repeats,
+                                "vs_softmax": medians[name] / medians["softmax"],
+                                "vs_temperature": medians[name] / medians["temperature"]})
     return records
 
 

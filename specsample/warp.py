@@ -2,15 +2,113 @@
 
 from __future__ import annotations
 
-from specsample._array import Array, check_logits, device, namespace
-from specsample._select import kth_largest, top_p_threshold
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+from specsample._array import Array, check_float, check_logits, device, namespace
+from specsample._select import grouped, kth_largest, top_groups, top_p_threshold
 from specsample.params import SamplingParams
 
 __all__ = ["warp"]
 
+# Rows at least this long take the grouped top-k path; shorter ones gain nothing from it.
+_GROUPED_FROM = 4096
 
-def _renormalise(xp: object, probs: Array) -> Array:
-    return probs / xp.sum(probs, axis=-1, keepdims=True)  # type: ignore[attr-defined]
+
+def _owned(x: Array) -> bool:
+    """Whether `x`, a fresh intermediate, may be overwritten in place: NumPy, or torch when
+    autograd does not record it (an in-place op would break its backward)."""
+    if array_api_compat.is_numpy_array(x):
+        return True
+    if array_api_compat.is_torch_array(x):
+        import torch
+
+        return not (x.requires_grad and torch.is_grad_enabled())
+    return False
+
+
+def _exp(xp: Any, x: Array) -> Array:
+    if _owned(x):
+        if array_api_compat.is_torch_array(x):
+            return x.exp_()
+        return np.exp(x, out=x)
+    return xp.exp(x)
+
+
+def _renormalise(xp: Any, probs: Array) -> Array:
+    total = xp.sum(probs, axis=-1, keepdims=True)
+    if _owned(probs):
+        if array_api_compat.is_torch_array(probs):
+            return probs.div_(total)
+        return np.divide(probs, total, out=probs)
+    return probs / total
+
+
+def _eager_torch_cpu(x: Array) -> bool:
+    """A float32/float64 torch CPU array outside a graph capture (where host reads break it)."""
+    if not array_api_compat.is_torch_array(x) or x.device.type != "cpu":
+        return False
+    import torch
+
+    return x.dtype in (torch.float32, torch.float64) and not torch.compiler.is_compiling()
+
+
+def _keep(xp: Any, values: Array, key: Array, floor: Array) -> Array:
+    """`where(key >= floor, values, 0)` for `values` finite, the same array bit for bit.
+
+    torch on CPU writes bool arrays several times slower than float ones, so there it
+    multiplies by a 0/1 step made by float operations: sign(key - floor) is exact because a
+    difference of two floats is 0 only when they are equal. That needs a finite floor, and
+    one of 0 or at least 2^-100 in size, so that no difference is small enough to be
+    flushed to zero where the process flushes subnormal numbers.
+    """
+    if _eager_torch_cpu(values) and _owned(values):
+        import torch
+
+        size = floor.abs()
+        if bool(torch.all(torch.isfinite(size) & ((size == 0) | (size >= 2.0**-100)))):
+            step = torch.sub(key, floor).sign_().add_(1).clamp_(max=1)
+            return values.mul_(step)
+    return xp.where(key >= floor, values, 0.0)
+
+
+def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
+    """The top-k warp of torch logits without a pass over whole rows after the first: the
+    k-th largest scaled logit and the kept entries come from the k groups with the largest
+    maxima (`top_groups`), and the kept values are scattered into zeros. The output is the
+    full path's bit for bit. None where a group not chosen reaches the k-th largest value
+    (a tie the chosen groups miss): the caller takes the full path.
+    """
+    import torch
+
+    k, temperature = int(params.top_k or 0), params.temperature
+    values, indices, maxima, chosen = top_groups(logits, k)
+    peak = maxima.amax(dim=-1, keepdim=True)  # the row maximum
+    if temperature != 1:
+        values, maxima, peak = values / temperature, maxima / temperature, peak / temperature
+    if check:
+        _check_peak(logits, peak, temperature)
+    kth = values.topk(k, dim=-1, sorted=False).values.amin(dim=-1, keepdim=True)
+    others = maxima.scatter(-1, chosen, float("-inf")).amax(dim=-1, keepdim=True)
+    if bool(torch.any(others >= kth)):
+        return None
+    kept = _keep(torch, _exp(torch, values - peak), values, kth)
+    # The full path's array before its normalisation, bit for bit: the same normaliser follows.
+    return _renormalise(torch, torch.zeros_like(logits).scatter_(-1, indices, kept))
+
+
+def _check_peak(logits: Array, peak: Array, temperature: float) -> None:
+    """Raise unless every row maximum of logits / temperature is finite: one small check
+    on the row maxima that the warp computes anyway (NaN propagates through them)."""
+    xp = namespace(peak)
+    if bool(xp.all(xp.isfinite(peak))):
+        return
+    check_logits("logits", logits)  # names NaN, +inf or an all -inf row
+    raise ValueError(f"params.temperature: logits / {temperature!r} overflows (row maximum "
+                     f"{float(xp.max(xp.abs(peak)))}); expected a temperature at which the scaled "
+                     f"logits stay finite")
 
 
 def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
@@ -28,27 +126,42 @@ def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params: expected SamplingParams, got {type(params).__name__}")
     xp = namespace(logits)
-    if check:
-        check_logits("logits", logits)
     vocab = logits.shape[-1]
     if params.greedy:
+        if check:
+            check_logits("logits", logits)
         best = xp.argmax(logits, axis=-1, keepdims=True)  # first maximum = lowest index
         ids = xp.arange(vocab, device=device(logits))
         return xp.astype(ids == best, logits.dtype)
+    if check:
+        check_float("logits", logits)
+        if logits.ndim < 1 or vocab < 1:
+            raise ValueError(f"logits: expected shape [..., V] with V >= 1, got {list(logits.shape)}")
+    if params.top_k is not None and grouped(vocab, params.top_k) and vocab >= _GROUPED_FROM \
+            and _eager_torch_cpu(logits):
+        fast = _top_k_groups(logits, params, check)
+        if fast is not None:
+            return _top_p_min_p(xp, fast, params)
     scaled = logits if params.temperature == 1 else logits / params.temperature  # x / 1 == x
+    # max(x / t) == max(x) / t: rounding is monotone, so the largest logit scales to the largest.
+    peak = xp.max(scaled, axis=-1, keepdims=True)
+    if check:
+        _check_peak(logits, peak, params.temperature)
     # The row maximum always survives top-k. Masking after exp gives the same zeros as exp(-inf)
     # and spares exp the -inf entries, its slow path.
-    shifted = xp.exp(scaled - xp.max(scaled, axis=-1, keepdims=True))
+    shifted = _exp(xp, scaled - peak)
     if params.top_k is not None and params.top_k < vocab:
-        shifted = xp.where(scaled >= kth_largest(scaled, params.top_k), shifted, 0.0)
-    probs = _renormalise(xp, shifted)
+        shifted = _keep(xp, shifted, scaled, kth_largest(scaled, params.top_k))
+    return _top_p_min_p(xp, _renormalise(xp, shifted), params)
+
+
+def _top_p_min_p(xp: Any, probs: Array, params: SamplingParams) -> Array:
     if params.top_p is not None and params.top_p < 1:
         # Keep the most likely tokens while the mass *before* them is < top_p; the
         # last kept value is the threshold (ties at the threshold are all kept).
         threshold = top_p_threshold(probs, params.top_p)
-        probs = _renormalise(xp, xp.where(probs >= threshold, probs, 0.0))
+        probs = _renormalise(xp, _keep(xp, probs, probs, threshold))
     if params.min_p is not None and params.min_p > 0:
         floor = params.min_p * xp.max(probs, axis=-1, keepdims=True)
-        probs = _renormalise(xp, xp.where(probs >= floor, probs, 0.0))
+        probs = _renormalise(xp, _keep(xp, probs, probs, floor))
     return probs
-

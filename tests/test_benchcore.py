@@ -16,6 +16,12 @@ def test_bench_warp_times_every_warp_per_library_and_batch() -> None:
     for r in records:
         assert r["rows"] == 3 and r["vocab"] == 64 and r["repeats"] == 3 and r["check"] is True
         assert 0 < r["median_ms"] <= r["p90_ms"]  # type: ignore[operator]
+    for i in range(0, len(records), len(WARPS)):
+        group = {r["warp"]: r for r in records[i:i + len(WARPS)]}
+        for r in group.values():  # ratios of medians within one library and batch
+            assert r["vs_softmax"] == pytest.approx(r["median_ms"] / group["softmax"]["median_ms"])  # type: ignore[operator]
+            assert r["vs_temperature"] == pytest.approx(  # type: ignore[operator]
+                r["median_ms"] / group["temperature"]["median_ms"])  # type: ignore[operator]
 
 
 def test_bench_warp_rejects_an_unknown_library() -> None:

@@ -234,3 +234,48 @@ def test_half_precision_torch_takes_the_sort(dtype: torch.dtype) -> None:
     logits = torch.from_numpy(_random_logits(3, 4, 2000, 3.0, "none", 0.0)).to(dtype)
     for params in (SamplingParams(top_p=0.9), SamplingParams(top_k=50, top_p=0.5)):
         assert _same(warp(logits, params), _sorted_warp(logits, params))
+
+
+# The grouped top-k path (torch, V >= 4096, k <= V / 128): ties that reach outside the chosen
+# groups (the "few" rows: three values), rows with fewer finite logits than k (masked 0.99),
+# and temperatures that merge distinct logits; every output bit for bit the full sort's.
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("ties", ["none", "round", "few"])
+@pytest.mark.parametrize("masked", [0.0, 0.99])
+@pytest.mark.parametrize("vocab", [4096, 49152])
+def test_grouped_top_k_equals_the_full_sort_warp(dtype: str, ties: str, masked: float, vocab: int) -> None:
+    logits = _as(f"torch-{dtype}", _random_logits(vocab + len(ties), 5, vocab, 3.0, ties, masked))
+    for params in (SamplingParams(top_k=1), SamplingParams(top_k=7, temperature=0.3),
+                   SamplingParams(top_k=32, temperature=1 + 2**-20), SamplingParams(top_k=32, top_p=0.9),
+                   SamplingParams(top_k=20, temperature=2.0, min_p=0.05)):
+        assert _same(warp(logits, params), _sorted_warp(logits, params)), params
+        assert _same(warp(logits[:, None], params), _sorted_warp(logits[:, None], params)), params
+
+
+def test_the_float_step_masks_like_where_next_to_zero_and_infinities() -> None:
+    import importlib
+
+    warping = importlib.import_module("specsample.warp")
+
+    key = torch.tensor([[-np.inf, -1e-40, 0.0, 1e-40, 1e-30, 2.0, np.inf]], dtype=torch.float32)
+    values = torch.arange(1.0, 8.0)[None]
+    for floor in (-np.inf, -1.0, -1e-40, 0.0, 1e-40, 1e-30, 1e-20, 2.0):
+        at = torch.tensor([[floor]], dtype=torch.float32)
+        want = torch.where(key >= at, values, 0.0)
+        assert torch.equal(warping._keep(torch, values.clone(), key, at), want), floor
+
+
+def test_a_temperature_that_overflows_the_logits_is_named() -> None:
+    with pytest.raises(ValueError, match=r"params\.temperature"):
+        warp(torch.tensor([[1.0, 3e38]]), SamplingParams(temperature=0.5))
+    with pytest.raises(ValueError, match="NaN"):
+        warp(torch.tensor([[1.0, float("nan")]]), SamplingParams(temperature=0.5))
+
+
+def test_warp_under_autograd_gives_gradients() -> None:
+    logits = torch.randn(2, 4096, dtype=torch.float64, requires_grad=True)
+    for params in (SamplingParams(temperature=0.7), SamplingParams(top_k=5), SamplingParams(top_p=0.5)):
+        probs = warp(logits, params)
+        (probs * torch.arange(4096.0, dtype=torch.float64)).sum().backward()
+        assert logits.grad is not None and bool(torch.isfinite(logits.grad).all())
+        logits.grad = None
