@@ -11,7 +11,7 @@ from specsample.cache import rollback
 from specsample.metrics import Metrics, tally
 from specsample.options import RunOptions
 from specsample.params import SamplingParams
-from specsample.policy import KPolicy
+from specsample.policy import WIDTH_PRIOR, KPolicy, batch_width
 from specsample.protocols import Drafter, Model
 from specsample.rng import Seed, Stream, round_uniforms, uniforms
 from specsample.round import RoundResult, State, round_step, start
@@ -117,18 +117,25 @@ def capacity_for(capacity: int | None, needed: int, extra: str = "K_max") -> int
     return capacity
 
 
-def _round_k(xp: object, drafter: Drafter, state: State, wanted: int) -> tuple[int, Array | None] | None:
+def _round_k(xp: object, drafter: Drafter, state: State, wanted: int,
+             alpha: float) -> tuple[int, Array | None] | None:
     """This round's K and the per-row draft lengths (None when every active row drafts K),
     or None when every row is done. One host read: the active rows' lengths.
 
     A drafter may draft fewer tokens for some rows (`Drafter.draft_lengths`, read from
-    each row's committed tokens); the round drafts the longest active row's length.
+    each row's committed tokens); the round drafts the longest active row's length, or,
+    for a drafter that rates rounds by their cost (`round_cost`, the `auto` drafter) in a
+    batch of several rows, the width `batch_width` predicts fastest from `alpha`.
     """
     lengths = drafter.draft_lengths(state.tokens, state.lengths, wanted)  # [B]
     active = [v for v in host_ints(xp.where(state.done, -1, lengths)) if v >= 0]  # type: ignore[attr-defined]
     if not active:
         return None
     k = max(active)
+    batch = int(state.lengths.shape[0])
+    cost = getattr(drafter, "round_cost", None)
+    if cost is not None and batch > 1 and k > 0:
+        k = batch_width(active, batch, alpha, cost)
     if k == 0 or all(v == k for v in active):
         return k, None
     return k, xp.minimum(lengths, k)  # type: ignore[attr-defined]
@@ -155,7 +162,8 @@ def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOption
     metrics, index, batch = Metrics(), 0, int(prompt.shape[0])
     # Two host reads a round: the draft lengths (which also say whether any row is
     # active) and the round's per-row counts.
-    while (chosen := _round_k(xp, drafter, state, policy.next_k(metrics))) is not None:
+    while (chosen := _round_k(xp, drafter, state, policy.next_k(metrics),
+                              metrics.alpha_with_prior(*WIDTH_PRIOR))) is not None:
         k, draft_lengths = chosen
         began = time.perf_counter()
         u = round_uniforms(run.seed, index, batch, k, like=state.tokens)

@@ -69,11 +69,19 @@ class HybridDrafter:
         cost_ratio: None (the model always drafts for non-copying rows), or c >= 0.
         prior_alpha: in [0, 1], the acceptance assumed before a row has evidence.
         prior_weight: >= 0, how many trials the prior is worth.
+        width_cost: None, or (batch, width) -> the cost of a target forward of `width`
+            positions per row over one position, at that batch size (measured by the
+            backend). Given, the drafter rates each round of a batch of several rows by its
+            cost (`round_cost`), and the core loop narrows the round, down to a plain step,
+            where Thm 3.8 predicts the narrower one faster (`specsample.policy.batch_width`).
+            A row's tokens then depend on the batch's width choices: the law is the target's
+            either way, but a row sampled in a batch may differ from the same row alone.
     """
 
     def __init__(self, model: ModelDrafter, lookup: PromptLookupDrafter | None = None, *,
                  cost_ratio: float | None = None, prior_alpha: float = 0.8,
-                 prior_weight: float = 8.0) -> None:
+                 prior_weight: float = 8.0,
+                 width_cost: Callable[[int, int], float] | None = None) -> None:
         if not isinstance(model, ModelDrafter):
             raise TypeError(f"model: expected a ModelDrafter, got {type(model).__name__}")
         lookup = PromptLookupDrafter() if lookup is None else lookup
@@ -84,9 +92,21 @@ class HybridDrafter:
         if not 0 <= prior_alpha <= 1 or not 0 <= prior_weight < 1e9:
             raise ValueError(f"prior_alpha, prior_weight: expected a rate in [0, 1] and a weight >= 0, "
                              f"got {prior_alpha!r}, {prior_weight!r}")
+        if width_cost is not None and not callable(width_cost):
+            raise TypeError(f"width_cost: expected None or a function (batch, width) -> cost, got "
+                            f"{type(width_cost).__name__}")
         self.model, self.lookup = model, lookup
         self.cost_ratio = None if cost_ratio is None else float(cost_ratio)
         self.prior = (float(prior_alpha), float(prior_weight))
+        self.width_cost = width_cost
+        self.round_cost = None if width_cost is None else self._round_cost
+
+    def _round_cost(self, batch: int, drafts: int) -> float:
+        """A round of `drafts` per row at `batch` rows, in plain steps: the wider verify, plus
+        the model's drafts where it may run (each c of a target forward)."""
+        assert self.width_cost is not None
+        model = 0.0 if self.cost_ratio is None or self._never(drafts) else drafts * self.cost_ratio
+        return float(self.width_cost(batch, drafts + 1)) + model
 
     def describe(self, k: int) -> str:
         """What the drafter does at K = k, and why (for a command line to print)."""
@@ -97,7 +117,10 @@ class HybridDrafter:
         return (f"prompt lookup where the context repeats; elsewhere the draft model only where "
                 f"Thm 3.8 predicts it faster than plain steps (c = {self.cost_ratio:.2f}: at the "
                 f"prior alpha {self.prior[0]:.2f} and K = {k} it predicts {speedup:.2f}x, so rows "
-                f"start with {start}, then follow their own acceptance)")
+                f"start with {start}, then follow their own acceptance)" + (
+                    "; in a batch of several rows, each round as wide as Thm 3.8 predicts fastest "
+                    "with the verify's cost at that width measured on this machine"
+                    if self.width_cost is not None else ""))
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> HybridState:
         """The model's prefill (all but the last prompt token)."""
@@ -248,15 +271,17 @@ def split_name(name: str, *, default_model: str) -> tuple[str | None, str, float
 
 
 def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model: str,
-                    cost: Callable[[ModelDrafter], float] | None = None) -> Drafter:
+                    cost: Callable[[ModelDrafter], float] | None = None,
+                    width_cost: Callable[[int, int], float] | None = None) -> Drafter:
     """A backend's drafter by name, with the shared syntax on top of its own names.
 
     "NAME@T": the model drafter NAME stopping each row at confidence T (see `ModelDrafter`);
     "hybrid" (the model `default_model`) or "hybrid:NAME": prompt lookup where the context
     repeats, NAME elsewhere; "hybrid@T" / "hybrid:NAME@T" combine both; "auto" or
     "auto:NAME": the hybrid whose model drafts only where Thm 3.8 predicts them faster
-    than plain steps, with c measured by `cost` (see `HybridDrafter`). Other names go to
-    `load` unchanged.
+    than plain steps, with c measured by `cost`, and, given `width_cost`, rounds of a batch
+    narrowed where their width costs more than it gains (see `HybridDrafter`). Other names
+    go to `load` unchanged.
     """
     kind, inner, threshold = split_name(name, default_model=default_model)
     drafter = load(inner)
@@ -271,5 +296,5 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
     if kind == "auto":
         if cost is None:
             raise ValueError(f"draft: {name!r} needs a backend that measures the draft's cost")
-        return hybrid(drafter, cost_ratio=cost(drafter))
+        return hybrid(drafter, cost_ratio=cost(drafter), width_cost=width_cost)
     return hybrid(drafter) if kind else drafter

@@ -230,3 +230,46 @@ def test_gate_arguments_are_checked() -> None:
         compose_drafter("auto", lambda n: ModelDrafter(target), default_model="x")
     with pytest.raises(ValueError, match="draft: 'auto:lookup' needs a model draft for 'lookup'"):
         get_backend("reference").load_drafter("auto:lookup", target)
+
+
+def _widths(drafter: HybridDrafter, rows: list[list[int]],
+            **run: object) -> tuple[list[int], list[list[int]]]:
+    """The K of every round and each row's greedy tokens."""
+    target, _ = _models()
+    prompt, lengths = _prompt(rows)
+    from specsample.generate import iterate
+
+    ks, out = [], None
+    for step in iterate(target, drafter, prompt, prompt_lengths=lengths, max_new_tokens=40,
+                        params=SamplingParams(temperature=0.0), k=3, **run):  # type: ignore[arg-type]
+        ks.append(step.k)
+        out = step
+    assert out is not None
+    new = [out.state.tokens[b, int(lengths[b]):int(out.state.lengths[b])].tolist() for b in range(len(rows))]
+    return ks, new
+
+
+def test_a_batch_round_narrows_where_its_width_costs_more_than_it_gains() -> None:
+    """`width_cost` (the auto drafter's, measured by the backend): a free width leaves the
+    rounds as they were; a prohibitive one turns every round of a batch into a plain step,
+    and greedy output stays plain decoding's; a single row is never narrowed."""
+    target, _ = _models()
+    rows = [[1, 2, 3, 1, 2], [4], [0, 1, 0, 1, 0, 1, 2]]
+
+    def auto(width_cost: object) -> HybridDrafter:
+        return HybridDrafter(ModelDrafter(target), cost_ratio=1e3, width_cost=width_cost)  # type: ignore[arg-type]
+
+    free_ks, free = _widths(auto(lambda b, w: 1.0), rows)
+    base_ks, base = _widths(HybridDrafter(ModelDrafter(target), cost_ratio=1e3), rows)
+    assert (free_ks, free) == (base_ks, base) and max(base_ks) == 3
+
+    asked: list[tuple[int, int]] = []
+    costly_ks, costly = _widths(auto(lambda b, w: asked.append((b, w)) or 50.0), rows)
+    assert set(costly_ks) == {0} and costly == base
+    assert asked and all(b == 3 and w in (2, 4) for b, w in asked)
+
+    alone_ks, _ = _widths(auto(lambda b, w: 50.0), rows[:1])
+    base_alone, _ = _widths(HybridDrafter(ModelDrafter(target), cost_ratio=1e3), rows[:1])
+    assert alone_ks == base_alone and max(alone_ks) == 3
+    with pytest.raises(TypeError, match="width_cost: expected None or a function"):
+        HybridDrafter(ModelDrafter(target), cost_ratio=0.5, width_cost=3)  # type: ignore[arg-type]

@@ -108,3 +108,41 @@ def test_k_policy_errors(k: object) -> None:
     with pytest.raises(ValueError, match=r"k: expected an int >= 1") as info:
         k_policy(k)  # type: ignore[arg-type]
     assert repr(k) in str(info.value)
+
+
+def test_batch_width_weighs_the_rounds_tokens_against_its_cost() -> None:
+    from specsample.metrics import expected_tokens_per_round
+    from specsample.policy import batch_width
+
+    # One row of 8 copies 4 drafts at alpha 0.5 (E = 1.9375 tokens); the others gain nothing.
+    # A 5-wide round must then cost under (7 + 1.9375) / 8 = 1.117 plain steps to pay.
+    lengths = [4, 0, 0, 0, 0, 0, 0, 0]
+    assert batch_width(lengths, 8, 0.5, lambda b, w: 1.1) == 4
+    assert batch_width(lengths, 8, 0.5, lambda b, w: 1.2) == 0
+    # Widths are rated by tokens per cost; a width no row wants is never chosen.
+    cost = {1: 1.05, 4: 1.5}
+    rows = [4, 4, 1, 0]
+    speed = {w: sum(expected_tokens_per_round(0.8, min(n, w)) for n in rows) / (cost.get(w, 1.0))
+             for w in (0, 1, 4)}
+    assert batch_width(rows, 4, 0.8, lambda b, w: cost[w]) == max(speed, key=speed.__getitem__)
+    assert batch_width([2, 3], 2, 1.0, lambda b, w: 1.0) == 3  # free width: the widest
+    assert batch_width([0, 0], 2, 0.9, lambda b, w: 1.0) == 0
+    # The batch it is asked about is the batch given.
+    seen: list[int] = []
+    batch_width([3], 5, 0.5, lambda b, w: seen.append(b) or 1.0)
+    assert seen == [5]
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (([], 2, 0.5), "lengths: expected a non-empty list of ints >= 0"),
+    (([1, -1], 2, 0.5), "lengths: expected a non-empty list of ints >= 0"),
+    (([1], 0, 0.5), "batch: expected an int >= 1"),
+    (([1], 2, 1.5), r"alpha: expected a rate in \[0, 1\], got 1.5"),
+])
+def test_batch_width_rejects_bad_input(args: tuple[object, ...], match: str) -> None:
+    from specsample.policy import batch_width
+
+    with pytest.raises(ValueError, match=match):
+        batch_width(*args, lambda b, w: 1.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="round_cost: expected a positive cost"):
+        batch_width([2], 2, 0.5, lambda b, w: 0.0)

@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +202,21 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) ->
             was not loaded by `load_target`.
     """
     return compose_drafter(name, lambda inner: _named_drafter(inner, target, target_tokenizer),
-                           default_model="int8", cost=lambda drafter: _cost_ratio(target, drafter))
+                           default_model="int8", cost=lambda drafter: _cost_ratio(target, drafter),
+                           width_cost=_width_cost(target))
+
+
+def _width_cost(target: HFModel) -> Callable[[int, int], float]:
+    """(batch, width) -> a target forward's cost at that width over one position, measured on
+    this machine when first asked (`specsample.bench.cost.WidthCost`, a 64-token context)."""
+    from specsample.bench.cost import WidthCost
+
+    measure = WidthCost(target, (torch.arange(1, 65, device=target.device) % target.vocab_size)[None, :])
+
+    def cost(batch: int, width: int) -> float:
+        with torch.no_grad():
+            return measure(batch, width)
+    return cost
 
 
 def _cost_ratio(target: HFModel, drafter: ModelDrafter) -> float:

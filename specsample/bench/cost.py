@@ -17,7 +17,7 @@ from specsample.rng import uniforms
 from specsample.shard import agree
 from specsample.tree import TreeDrafter
 
-__all__ = ["measure_cost_ratio", "next_logits", "policy_with_cost"]
+__all__ = ["WidthCost", "measure_cost_ratio", "next_logits", "policy_with_cost"]
 
 
 def next_logits(target: Model, prompt: Any) -> Any:
@@ -99,3 +99,57 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
     # Ranks time differently; a value that steers the run (K, the auto drafter's choice)
     # must be one value on every rank of a distributed run.
     return agree(_timed(draft_step, repeats) / _timed(target_step, repeats))
+
+
+class WidthCost:
+    """(batch, width) -> the time of a target forward of `width` positions per row over that of
+    one position, at `batch` rows: what a round that verifies width - 1 drafts per row costs
+    in plain steps (`specsample.policy.batch_width`).
+
+    Each pair is measured once, when first asked (a prefill of `prompt` in every row, then
+    the median of `repeats` timed forwards of each width at the same cache position), and
+    kept. In a distributed run every rank keeps rank 0's value, so ranks choose alike.
+
+    Args:
+        target: the target model.
+        prompt: int64 [1, T] ids, T >= 1, of the backend's array library: the context.
+        repeats: timed forwards of each width (>= 1).
+    """
+
+    def __init__(self, target: Model, prompt: Any, *, repeats: int = 3) -> None:
+        if not isinstance(target, Model):
+            raise TypeError(f"target: expected a Model, got {type(target).__name__}")
+        if len(prompt.shape) != 2 or int(prompt.shape[0]) != 1 or int(prompt.shape[1]) < 1:
+            raise ValueError(f"prompt: expected ids of shape [1, T] with T >= 1, got {list(prompt.shape)}")
+        self.target, self.prompt, self.repeats = target, prompt, check_int("repeats", repeats, 1)
+        self.measured: dict[tuple[int, int], float] = {}
+
+    def __call__(self, batch: int, width: int) -> float:
+        check_int("batch", batch, 1)
+        check_int("width", width, 1)
+        if width == 1:
+            return 1.0
+        if (batch, width) not in self.measured:
+            self.measured[batch, width] = agree(self._measure(batch, width))
+        return self.measured[batch, width]
+
+    def _measure(self, batch: int, width: int) -> float:
+        from specsample._array import namespace
+
+        xp = namespace(self.prompt)
+        context = int(self.prompt.shape[1])
+        rows = xp.concat([self.prompt] * batch, axis=0)  # [batch, T]
+        lengths = rows[:, 0] * 0 + context
+        cache = self.target.new_cache(batch, context + width)
+        _, cache = self.target.forward(rows, cache)
+        span = xp.concat([rows[:, -1:]] * width, axis=1)
+
+        def step(tokens: Any) -> Callable[[], None]:
+            def run() -> None:
+                nonlocal cache
+                logits, cache = self.target.forward(tokens, cache)
+                _sync(logits)
+                cache = rollback(cache, lengths)
+            return run
+
+        return _timed(step(span), self.repeats) / _timed(step(span[:, :1]), self.repeats)
