@@ -56,10 +56,16 @@ def test_models_returns_records_and_writes_them(runner: specsample.Runner, tmp_p
 
 
 def test_batch_memory_and_greedy_return_records(runner: specsample.Runner) -> None:
-    record = bench.batch(runner, max_new_tokens=3, prompts=bench.BATCH_PROMPTS[:3])
-    assert (record["rows"], record["rows_equal"], record["max_new_tokens"]) == (3, 3, 3)  # float64: equal
-    assert record["speedup_vs_plain"] == pytest.approx(
-        record["tokens_per_s_batch"] / record["tokens_per_s_plain_batch"])
+    record = bench.batch(runner, max_new_tokens=3, prompts=bench.BATCH_PROMPTS[:3], sizes=(1, 2, 5))
+    assert (record["rows"], record["rows_compared"], record["max_new_tokens"]) == (3, 7, 3)
+    assert record["rows_equal"] == 7  # float64: equal
+    assert [r["batch"] for r in record["sizes"]] == [1, 2, 5]
+    for r in record["sizes"]:
+        assert r["speedup_vs_plain"] == pytest.approx(r["tokens_per_s"] / r["tokens_per_s_plain"])
+    with pytest.raises(ValueError, match="sizes: expected distinct batch sizes"):
+        bench.batch(runner, sizes=(2, 2))
+    with pytest.raises(ValueError, match="sizes: expected an int >= 1"):
+        bench.batch(runner, sizes=(0,))
     memory = bench.memory(runner, max_new_tokens=30, every=2)
     assert memory["tokens"] == 30 and len(memory["samples"]) >= 2 and memory["temperature"] == 0.7
     report = bench.greedy(runner, bench.GreedyPlan(prompts=2, max_new_tokens=4))
@@ -81,3 +87,21 @@ def test_cost_ratio_is_measured_on_the_models(runner: specsample.Runner) -> None
         bench.measure_cost_ratio(runner.target, runner.drafter, ids[:, :1], runner.config.params())
     with pytest.raises(ValueError, match="repeats: expected an int >= 1"):
         bench.measure_cost_ratio(runner.target, runner.drafter, ids, runner.config.params(), repeats=0)
+
+
+def test_width_cost_is_measured_once_per_batch_and_width(runner: specsample.Runner) -> None:
+    from specsample.bench.cost import WidthCost
+
+    ids, _ = runner.encode(["Once upon a time"])
+    cost = WidthCost(runner.target, ids, repeats=2)
+    assert cost(4, 1) == 1.0 and not cost.measured
+    first = cost(4, 5)
+    assert first > 0 and cost.measured == {(4, 5): first}
+    assert cost(4, 5) == first  # kept, not measured again
+    for args, match in [((0, 5), "batch: expected an int >= 1"), ((4, 0), "width: expected an int >= 1")]:
+        with pytest.raises(ValueError, match=match):
+            cost(*args)
+    with pytest.raises(ValueError, match=r"prompt: expected ids of shape \[1, T\]"):
+        WidthCost(runner.target, ids[0])
+    with pytest.raises(TypeError, match="target: expected a Model"):
+        WidthCost(object(), ids)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from typing import Any
 from specsample._array import check_int
 from specsample.bench.progress import NO_PROGRESS, Progress
 from specsample.bench.prompts import BATCH_PROMPTS, MEMORY_PROMPT
+from specsample.bench.stats import merge_metrics
 from specsample.params import SamplingParams
 from specsample.runner import Runner, encode_text
 
@@ -31,47 +32,68 @@ def rss_mib() -> float:
 
 
 def batch(runner: Runner, *, max_new_tokens: int = 64, prompts: Sequence[str] = BATCH_PROMPTS,
-          progress: Progress = NO_PROGRESS) -> dict[str, Any]:
-    """Greedy: `prompts` as one ragged batch, plain decoding of the same batch, then each alone.
+          sizes: Sequence[int] = (1, 8, 32), progress: Progress = NO_PROGRESS) -> dict[str, Any]:
+    """Greedy, speculative against plain decoding at each batch size in `sizes`.
 
-    Every run goes to the runner's backend engine (EOS off, so each row makes `max_new_tokens`).
+    Batch size B holds the prompts in turn (B = 32 holds each of 8 prompts four times);
+    B = 1 runs each prompt alone. Each size is warmed up at that size first (what a
+    drafter measures once per batch size is measured there), then speculative and plain
+    decoding run side by side. Every run goes to the runner's backend engine (EOS off, so
+    each row makes `max_new_tokens`). A batched row must equal its prompt alone (greedy).
 
     Returns:
-        A record: rows, rows_equal, tokens/s of the speculative batch, of plain decoding at
-        the same batch size and of batch 1; throughput_ratio (batch over batch 1),
-        speedup_vs_plain (speculative over plain at the same batch size), acceptance.
+        rows (prompts), rows_equal (batched rows equal to their prompt alone, over all sizes
+        above 1, out of `rows_compared`), max_new_tokens, k, and per size ("sizes"): batch,
+        tokens/s of speculative and plain decoding, speedup_vs_plain, the acceptance
+        rate, the rounds at each K (`k_counts`); plus throughput_ratio, the largest
+        size's speculative tokens/s over batch 1's.
     """
     check_int("max_new_tokens", max_new_tokens, 1)
     if isinstance(prompts, str) or not prompts or not all(isinstance(p, str) for p in prompts):
         raise ValueError(f"prompts: expected a non-empty sequence of str, got {prompts!r}")
+    if isinstance(sizes, (str, bytes)) or not sizes or len(set(sizes)) != len(sizes):
+        raise ValueError(f"sizes: expected distinct batch sizes >= 1, got {sizes!r}")
+    for size in sizes:
+        check_int("sizes", size, 1)
     rows = [encode_text(runner.tokenizer, p) for p in prompts]
     kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "params": SamplingParams(temperature=0),
                           "eos_token_id": None}
-    runner.generate(rows[:1], **{**kw, "max_new_tokens": 4})  # warm-up
-    runner.generate_plain(rows[:1], **{**kw, "max_new_tokens": 4})
-    progress.stage("batch vs plain and batch 1", len(rows) + 2, "run")
-    began = time.perf_counter()
-    together = runner.generate(rows, **kw)
-    t_batch = time.perf_counter() - began
-    progress.advance(1)
-    began = time.perf_counter()
-    runner.generate_plain(rows, **kw)
-    t_plain = time.perf_counter() - began
-    progress.advance(1)
-    t_alone, equal = 0.0, 0
-    for row, prompt in enumerate(rows):
-        began = time.perf_counter()
-        out = runner.generate([prompt], **kw)
-        t_alone += time.perf_counter() - began
-        equal += int(out.new_tokens(0) == together.new_tokens(row))
-        progress.advance(1)
+    progress.stage("batch sizes: speculative and plain", 2 * sum(len(rows) if b == 1 else 1 for b in sizes),
+                   "run")
+    alone: list[list[int]] = []
+    equal = compared = 0
+    records: list[dict[str, Any]] = []
+    for size in sorted(sizes):
+        chunks = [[r] for r in rows] if size == 1 else [[rows[i % len(rows)] for i in range(size)]]
+        runner.generate(chunks[0], **{**kw, "max_new_tokens": 4})  # warm-up at this size
+        runner.generate_plain(chunks[0], **{**kw, "max_new_tokens": 4})
+        seconds = {"spec": 0.0, "plain": 0.0}
+        metrics = []
+        for chunk in chunks:
+            began = time.perf_counter()
+            out = runner.generate(chunk, **kw)
+            seconds["spec"] += time.perf_counter() - began
+            progress.advance(1)
+            began = time.perf_counter()
+            runner.generate_plain(chunk, **kw)
+            seconds["plain"] += time.perf_counter() - began
+            progress.advance(1)
+            metrics.append(out.metrics.as_dict())
+            if size == 1:
+                alone.append(out.new_tokens(0))
+            elif alone:
+                compared += len(chunk)
+                equal += sum(out.new_tokens(i) == alone[i % len(rows)] for i in range(len(chunk)))
+        merged = merge_metrics(metrics)
+        tokens = sum(len(c) for c in chunks) * max_new_tokens
+        records.append({"batch": size, "tokens_per_s": tokens / seconds["spec"],
+                        "tokens_per_s_plain": tokens / seconds["plain"],
+                        "speedup_vs_plain": seconds["plain"] / seconds["spec"],
+                        "acceptance_rate": merged.acceptance_rate, "k_counts": list(merged.k_counts)})
     progress.end()
-    tokens = len(rows) * max_new_tokens
-    return {"rows": len(rows), "rows_equal": equal, "max_new_tokens": max_new_tokens,
-            "tokens_per_s_batch": tokens / t_batch, "tokens_per_s_batch1": tokens / t_alone,
-            "tokens_per_s_plain_batch": tokens / t_plain, "speedup_vs_plain": t_plain / t_batch,
-            "throughput_ratio": t_alone / t_batch, "acceptance_rate": together.metrics.acceptance_rate,
-            "histogram": list(together.metrics.histogram), "k": runner.config.k}
+    return {"rows": len(rows), "rows_equal": equal, "rows_compared": compared,
+            "max_new_tokens": max_new_tokens, "k": runner.config.k, "sizes": records,
+            "throughput_ratio": records[-1]["tokens_per_s"] / records[0]["tokens_per_s"]}
 
 
 def memory(runner: Runner, *, max_new_tokens: int = 4000, prompt: str = MEMORY_PROMPT, every: int = 25,
