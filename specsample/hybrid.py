@@ -123,12 +123,15 @@ class HybridDrafter:
                     if self.width_cost is not None else ""))
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> HybridState:
-        """The model's prefill (all but the last prompt token)."""
-        return self._started(self.model.start(tokens, lengths, capacity), lengths)
+        """An empty model cache: the model reads the prompt when it first drafts (the catch-up
+        of a row whose cache fell behind), so a call whose rows copy or take plain steps never
+        pays the model's prefill."""
+        empty = self.model.model.new_cache(int(tokens.shape[0]), capacity)
+        return self._started(DraftState(cache=empty, window=1), lengths, 0 * lengths)
 
-    def _started(self, draft: DraftState, lengths: Array) -> HybridState:
+    def _started(self, draft: DraftState, lengths: Array, seen: Array) -> HybridState:
         zeros = namespace(lengths).zeros_like(lengths)
-        return HybridState(draft=draft, seen=lengths - 1, modelled=lengths < 0, drafted=zeros,
+        return HybridState(draft=draft, seen=seen, modelled=lengths < 0, drafted=zeros,
                            accepted=zeros, trials=zeros)
 
     def _worth(self, xp: Any, state: HybridState, k: int) -> Array:
@@ -230,7 +233,8 @@ class FeatureHybridDrafter(HybridDrafter):
     def start_features(self, tokens: Array, lengths: Array, capacity: int,
                        features: Array | None) -> HybridState:
         """The head's prefill with the target's features of the prompt."""
-        return self._started(self.head.start_features(tokens, lengths, capacity, features), lengths)
+        return self._started(self.head.start_features(tokens, lengths, capacity, features), lengths,
+                             lengths - 1)
 
     def advance_features(self, state: HybridState, lengths: Array, features: Array,
                          first: Array) -> HybridState:
