@@ -94,7 +94,7 @@ def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
     others = maxima.scatter(-1, chosen, float("-inf")).amax(dim=-1, keepdim=True)
     if bool(torch.any(others >= kth)):
         return None
-    kept = _keep(torch, _exp(torch, values - peak), values, kth)
+    kept = torch.where(values >= kth, _exp(torch, values - peak), 0.0)  # k groups: a short row
     # The full path's array before its normalisation, bit for bit: the same normaliser follows.
     return _renormalise(torch, torch.zeros_like(logits).scatter_(-1, indices, kept))
 
@@ -103,7 +103,8 @@ def _check_peak(logits: Array, peak: Array, temperature: float) -> None:
     """Raise unless every row maximum of logits / temperature is finite: one small check
     on the row maxima that the warp computes anyway (NaN propagates through them)."""
     xp = namespace(peak)
-    if bool(xp.all(xp.isfinite(peak))):
+    finite = peak.isfinite().all() if array_api_compat.is_torch_array(peak) else xp.all(xp.isfinite(peak))
+    if bool(finite):
         return
     check_logits("logits", logits)  # names NaN, +inf or an all -inf row
     raise ValueError(f"params.temperature: logits / {temperature!r} overflows (row maximum "
