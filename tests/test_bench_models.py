@@ -38,15 +38,18 @@ class Recorder:
 def test_models_returns_records_and_writes_them(runner: specsample.Runner, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     progress = Recorder()
-    plan = bench.ModelsPlan(prompts=2, repeats=2, max_new_tokens=3, temperatures=(0.0, 0.7),
+    plan = bench.ModelsPlan(prompts=2, repeats=2, max_new_tokens=3, temperatures=(0.0, 0.7, (0.7, 0.5)),
                             versus="reference")
     report = bench.models(runner, plan, progress=progress)
     assert capsys.readouterr().out == ""  # the library never prints
-    assert progress.stages == [("warm-up", 3), ("bench", 2 * 2 * 2 * 3)] and progress.done == 3 + 24
-    assert {(r["method"], r["temperature"]) for r in report.records} == \
-        {(m, t) for m in ("plain", "specsample", "specsample@reference") for t in (0.0, 0.7)}
-    assert all(r["new_tokens"] == 3 for r in report.runs) and len(report.runs) == 24
-    spec = next(r for r in report.records if r["method"] == "specsample" and r["temperature"] == 0.7)
+    assert progress.stages == [("warm-up", 3), ("bench", 2 * 2 * 3 * 3)] and progress.done == 3 + 36
+    settings = ("T=0", "T=0.7", "T=0.7 top_p=0.5")
+    assert {(r["method"], r["setting"]) for r in report.records} == \
+        {(m, t) for m in ("plain", "specsample", "specsample@reference") for t in settings}
+    assert {(r["setting"], r["top_p"]) for r in report.runs} == {("T=0", None), ("T=0.7", None),
+                                                                 ("T=0.7 top_p=0.5", 0.5)}
+    assert all(r["new_tokens"] == 3 for r in report.runs) and len(report.runs) == 36
+    spec = next(r for r in report.records if r["method"] == "specsample" and r["setting"] == "T=0.7")
     low, high = spec["tokens_per_s_ci95"]
     assert low <= spec["tokens_per_s"] <= high and spec["k"] == 2 and 0 <= spec["alpha"] <= 1
     assert report.settings["seed"] == 4 and report.settings["methods"] == \

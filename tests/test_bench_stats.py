@@ -83,3 +83,22 @@ def test_merge_metrics_rejects_other_records() -> None:
     with pytest.raises(ValueError, match=r"records: expected Metrics\.as_dict"):
         bench.merge_metrics([{"rounds": 1}])
     assert bench.merge_metrics([]) == Metrics()
+
+
+def test_paired_interval_resamples_workloads_on_both_sides() -> None:
+    def runs(seconds: list[float]) -> list[dict[str, object]]:
+        return [{"prompt": i, "repeat": 0, "new_tokens": 10, "seconds": t, "tokens_per_s": 10 / t}
+                for i, t in enumerate(seconds)]
+
+    mine, base = runs([1.0, 2.0, 3.0, 4.0]), runs([2.0, 4.0, 6.0, 8.0])
+    # Each workload is twice as fast: every replicate pairs them, so the interval is a point
+    # (drawn independently, the two sides' sums would spread it).
+    assert bench.paired_interval(mine, base, lambda a, b: bench.throughput(a) / bench.throughput(b)) \
+        == (pytest.approx(2.0), pytest.approx(2.0))
+    low, high = bench.paired_interval(mine, base, lambda a, b: bench.median_rate(a))
+    assert low < bench.median_rate(mine) < high  # a statistic of one side alone does spread
+    assert bench.paired_interval(mine, base, lambda a, b: 1.0, seed=3) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="mine, base: expected runs of at least one common"):
+        bench.paired_interval(mine, [dict(r, repeat=1) for r in base], lambda a, b: 1.0)
+    with pytest.raises(ValueError, match="mine: expected at most one run per"):
+        bench.paired_interval(mine + mine, base, lambda a, b: 1.0)

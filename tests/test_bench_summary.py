@@ -40,23 +40,33 @@ def test_efficiency_compares_rates_over_the_same_workload() -> None:
                                              "min": pytest.approx(min(per_prompt)), "n_prompts": 3}
     assert spec["by_tag"]["grounded"]["efficiency"] == pytest.approx(
         (4.0 / 1.2) / copy.predicted_speedup(0.0))
+    # Every ratio carries a bootstrap interval over the workloads, around its value; the
+    # one-prompt groups' intervals are points.
+    for key in ("achieved_speedup", "throughput_speedup", "efficiency"):
+        low, high = spec[f"{key}_ci95"]
+        assert low <= spec[key] <= high and low < high, key
+    assert spec["by_tag"]["grounded"]["throughput_speedup_ci95"] == [pytest.approx(4.0 / 1.2)] * 2
+    assert spec["ratio_vs_hf_ci95"] is None and "runs" not in spec
 
 
 def test_summarise_needs_plain_runs() -> None:
     runs = [{"family": "specsample", "method": "specsample", "temperature": 0.0}]
-    with pytest.raises(ValueError, match=r"runs: expected plain runs at temperature 0\.0"):
+    with pytest.raises(ValueError, match=r"runs: expected plain runs at T=0, got none"):
         bench.summarise(runs, draft="int8", c=0.1)
 
 
 def test_models_plan_checks_sizes_before_any_model_loads() -> None:
-    plan = bench.ModelsPlan(prompts=2, temperatures=(0, 0.7))
-    assert plan.temperatures == (0.0, 0.7) and plan.repeats == 3 and plan.with_hf
+    plan = bench.ModelsPlan(prompts=2, temperatures=(0, 0.7, (0.7, 0.9)))
+    assert plan.temperatures == (0.0, 0.7, (0.7, 0.9)) and plan.repeats == 3 and plan.with_hf
+    assert bench.ModelsPlan().temperatures == (0.0, 0.7, (0.7, 0.9))  # top-p by default
     for kwargs, message in (({"prompts": 99}, "prompts: expected 1 to 9, got 99"),
                             ({"prompts": 0}, "prompts: expected 1 to 9, got 0"),
                             ({"max_new_tokens": 0}, "max_new_tokens: expected an int >= 1, got 0"),
                             ({"repeats": 0}, "repeats: expected an int >= 1, got 0"),
                             ({"temperatures": ()}, "temperatures: expected numbers >= 0"),
-                            ({"temperatures": (-1.0,)}, "temperatures: expected numbers >= 0")):
+                            ({"temperatures": (-1.0,)}, "temperatures: expected numbers >= 0"),
+                            ({"temperatures": ((0.7, 0.0),)}, r"top_p in \(0, 1\]"),
+                            ({"temperatures": ((0.7, 0.9, 1),)}, "temperatures: expected numbers")):
         with pytest.raises(ValueError, match=message):
             bench.ModelsPlan(**kwargs)  # type: ignore[arg-type]
 

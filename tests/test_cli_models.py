@@ -262,3 +262,13 @@ def test_check_rejects_bad_arguments(capsys) -> None:  # type: ignore[no-untyped
     assert "--settings: unknown ['t9']" in capsys.readouterr().err
     assert main(["check", "--tv", "0"]) == 2
     assert "--tv: expected a TV distance in (0, 1], got 0.0" in capsys.readouterr().err
+
+
+def test_temperatures_take_top_p_settings() -> None:
+    from specsample.cli._bench import _temperatures
+
+    assert _temperatures("0, 0.7,0.7:0.9") == (0.0, 0.7, (0.7, 0.9))
+    assert _temperatures(None) == (0.0, 0.7, (0.7, 0.9))
+    for text in ("0.7:0", "0.7:1.5", "-1", "0.7:x", ""):
+        with pytest.raises(ValueError, match="--temperatures: expected"):
+            _temperatures(text)

@@ -23,6 +23,7 @@ from specsample.bench.stats import (
     bootstrap_interval,
     median_rate,
     merge_metrics,
+    paired_interval,
     quantile,
     throughput,
 )
@@ -34,6 +35,6 @@ __all__ = [
     "Progress", "batch", "best_variant", "bootstrap_interval", "compiled_graphs", "greedy",
     "greedy_prompts", "hf_generate", "hf_sampling", "hf_variants", "int8_assistant",
     "machine", "measure_cost_ratio", "median_rate", "memory", "merge_metrics", "methods", "models",
-    "next_logits", "plot_models", "policy_with_cost", "quantile", "rss_mib", "run_all",
+    "next_logits", "paired_interval", "plot_models", "policy_with_cost", "quantile", "rss_mib", "run_all",
     "summarise", "throughput", "write_json", "write_models",
 ]

@@ -22,9 +22,38 @@ from specsample.metrics import Metrics
 from specsample.params import SamplingParams
 from specsample.runner import Runner, encode_text, load
 
-__all__ = ["Method", "ModelsPlan", "ModelsReport", "methods", "models", "run_all", "write_models"]
+__all__ = ["Method", "ModelsPlan", "ModelsReport", "Setting", "methods", "models", "run_all", "setting_label",
+           "setting_params", "write_models"]
 
 RunFn = Callable[[list[int], SamplingParams, int], tuple[int, float, Metrics | None]]
+# A sampling setting of the benchmark: a temperature (the config's other knobs), or a
+# (temperature, top_p) pair.
+Setting = float | tuple[float, float]
+
+
+def setting_params(base: SamplingParams, setting: Setting) -> SamplingParams:
+    """`base` at the setting's temperature (and top_p, for a pair)."""
+    if isinstance(setting, tuple):
+        return dataclasses.replace(base, temperature=setting[0], top_p=setting[1])
+    return dataclasses.replace(base, temperature=setting)
+
+
+def setting_label(temperature: float, top_p: float | None) -> str:
+    """How records name a setting: "T=0.7", "T=0.7 top_p=0.9"."""
+    return f"T={temperature:g}" + ("" if top_p is None or top_p >= 1 else f" top_p={top_p:g}")
+
+
+def _setting(value: object) -> Setting | None:
+    """The setting `value` names, or None if it names none."""
+    def number(x: object) -> bool:
+        return not isinstance(x, bool) and isinstance(x, (int, float)) and x >= 0
+
+    if number(value):
+        return float(value)  # type: ignore[arg-type]
+    if isinstance(value, tuple) and len(value) == 2 and number(value[0]) and number(value[1]) \
+            and 0 < value[1] <= 1:
+        return float(value[0]), float(value[1])
+    return None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -35,7 +64,8 @@ class ModelsPlan:
         prompts: the first N of `PROMPTS` (default all).
         max_new_tokens: tokens per run (EOS disabled: equal work for every method).
         repeats: repetitions of every (setting, prompt, method).
-        temperatures: the settings (0 = greedy); the other sampling knobs come from the config.
+        temperatures: the settings: a temperature (0 = greedy; the other sampling knobs come
+            from the config), or a (temperature, top_p) pair.
         versus: also run specsample on this backend (record "specsample@NAME").
         with_hf: include transformers' plain and assisted generation.
     """
@@ -43,7 +73,7 @@ class ModelsPlan:
     prompts: int = len(PROMPTS)
     max_new_tokens: int = 64
     repeats: int = 3
-    temperatures: tuple[float, ...] = (0.0, 0.7)
+    temperatures: tuple[Setting, ...] = (0.0, 0.7, (0.7, 0.9))
     versus: str | None = None
     with_hf: bool = True
 
@@ -54,10 +84,11 @@ class ModelsPlan:
         check_int("max_new_tokens", self.max_new_tokens, 1)
         check_int("repeats", self.repeats, 1)
         temps = tuple(self.temperatures)
-        if not temps or any(isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0
-                            for t in temps):
-            raise ValueError(f"temperatures: expected numbers >= 0, got {self.temperatures!r}")
-        object.__setattr__(self, "temperatures", tuple(float(t) for t in temps))
+        settings = [_setting(t) for t in temps]
+        if not temps or any(t is None for t in settings):
+            raise ValueError(f"temperatures: expected numbers >= 0 or (temperature, top_p) pairs with "
+                             f"top_p in (0, 1], got {self.temperatures!r}")
+        object.__setattr__(self, "temperatures", tuple(settings))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -172,7 +203,7 @@ def _warm_up(chosen: list[Method], prompts: Sequence[tuple[str, list[int]]], par
 
 
 def run_all(runner: Runner, chosen: list[Method], prompts: Sequence[tuple[str, list[int]]],
-            temperatures: Sequence[float], repeats: int, *,
+            temperatures: Sequence[Setting], repeats: int, *,
             progress: Progress = NO_PROGRESS) -> tuple[list[dict[str, Any]], int | None]:
     """Every (repeat, setting, prompt, method) once, method order rotated per repetition.
 
@@ -180,23 +211,24 @@ def run_all(runner: Runner, chosen: list[Method], prompts: Sequence[tuple[str, l
         (the run records, torch.compile's graph count after the warm-up).
     """
     config = runner.config
-    _warm_up(chosen, prompts, dataclasses.replace(config.params(), temperature=temperatures[0]),
-             config.seed, progress)
+    _warm_up(chosen, prompts, setting_params(config.params(), temperatures[0]), config.seed, progress)
     graphs = compiled_graphs()
     runs: list[dict[str, Any]] = []
     progress.stage("bench", repeats * len(temperatures) * len(prompts) * len(chosen), "run")
     for rep in range(repeats):
-        for temperature in temperatures:
-            params = dataclasses.replace(config.params(), temperature=temperature)
+        for setting in temperatures:
+            params = setting_params(config.params(), setting)
+            label = setting_label(params.temperature, params.top_p)
             for index, (tag, ids) in enumerate(prompts):
                 for method in _rotated(chosen, rep + index):
                     new, seconds, metrics = method.run(ids, params, config.seed + rep)
                     runs.append({"family": method.family, "method": method.name, "k": method.k,
-                                 "temperature": temperature, "prompt": index, "tag": tag,
+                                 "temperature": params.temperature, "top_p": params.top_p,
+                                 "setting": label, "prompt": index, "tag": tag,
                                  "repeat": rep, "new_tokens": new, "seconds": seconds,
                                  "tokens_per_s": new / seconds,
                                  "metrics": None if metrics is None else metrics.as_dict()})
-                    progress.advance(1, f"{method.name} T={temperature}")
+                    progress.advance(1, f"{method.name} {label}")
     progress.end()
     return runs, graphs
 
@@ -230,7 +262,8 @@ def models(runner: Runner, plan: ModelsPlan, *, target: str | None = None, draft
     settings = {"backend": config.backend, "options": dict(runner.config.options),
                 "target": target, "draft": draft, "k": config.k, "c": c,
                 "max_new_tokens": plan.max_new_tokens, "repeats": plan.repeats, "prompts": plan.prompts,
-                "temperatures": list(plan.temperatures), "versus": plan.versus,
+                "temperatures": [list(t) if isinstance(t, tuple) else t for t in plan.temperatures],
+                "versus": plan.versus,
                 "compiled_graphs_after_warmup": warm, "compiled_graphs_at_end": compiled_graphs(),
                 "top_k": config.top_k, "top_p": config.top_p,
                 "min_p": config.min_p, "seed": config.seed, "methods": [m.name for m in chosen]}

@@ -10,21 +10,25 @@ from typing import Any
 __all__ = ["plot_models"]
 
 
+def _label(record: Mapping[str, Any]) -> str:
+    return str(record.get("setting") or f"T={record['temperature']:g}")
+
+
 def _speed(plt: Any, records: Sequence[Mapping[str, Any]], path: Path) -> None:
-    temperatures = list(dict.fromkeys(r["temperature"] for r in records))
+    settings = list(dict.fromkeys(_label(r) for r in records))
     families = list(dict.fromkeys(r["method"] for r in records))
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / len(families)
     for j, family in enumerate(families):
-        rows = [next((r for r in records if r["method"] == family and r["temperature"] == t), None)
-                for t in temperatures]
+        rows = [next((r for r in records if r["method"] == family and _label(r) == t), None)
+                for t in settings]
         xs = [i + j * width for i, r in enumerate(rows) if r is not None]
         mids = [r["tokens_per_s"] for r in rows if r is not None]
         lows = [r["tokens_per_s"] - r["tokens_per_s_min"] for r in rows if r is not None]
         highs = [r["tokens_per_s_max"] - r["tokens_per_s"] for r in rows if r is not None]
         ax.bar(xs, mids, width, yerr=[lows, highs], capsize=3, label=family)
-    ax.set_xticks([i + width * (len(families) - 1) / 2 for i in range(len(temperatures))],
-                  [f"T={t:g}" + (" (greedy)" if t == 0 else "") for t in temperatures])
+    ax.set_xticks([i + width * (len(families) - 1) / 2 for i in range(len(settings))],
+                  [t + (" (greedy)" if t == "T=0" else "") for t in settings])
     ax.set_ylabel("tokens/s (median; bars: min-max over runs)")
     ax.legend()
     fig.tight_layout()
@@ -40,7 +44,7 @@ def _accepted(plt: Any, records: Sequence[Mapping[str, Any]], path: Path) -> Non
         counts = r["histogram"]
         ax.bar([n + j * 0.8 / len(spec) for n in range(len(counts))],
                [n / max(1, sum(counts)) for n in counts], 0.8 / len(spec),
-               label=f"T={r['temperature']:g}")
+               label=_label(r))
     ax.set_xticks([n + 0.4 - 0.4 / max(1, len(spec)) for n in range(bins)], [str(n) for n in range(bins)])
     ax.set_xlabel("drafts accepted per round (specsample)")
     ax.set_ylabel("fraction of row-rounds")

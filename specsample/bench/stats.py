@@ -12,7 +12,8 @@ import numpy as np
 from specsample._array import check_int
 from specsample.metrics import Metrics
 
-__all__ = ["best_variant", "bootstrap_interval", "median_rate", "merge_metrics", "quantile", "throughput"]
+__all__ = ["best_variant", "bootstrap_interval", "median_rate", "merge_metrics", "paired_interval",
+           "quantile", "throughput"]
 
 
 def _values(name: str, values: Sequence[float]) -> list[float]:
@@ -57,6 +58,43 @@ def bootstrap_interval(values: Sequence[float], *,
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(data), size=(resamples, len(data)))
     stats = [float(statistic([data[i] for i in row])) for row in picks]
+    tail = (1 - confidence) / 2
+    return quantile(stats, tail), quantile(stats, 1 - tail)
+
+
+Runs = Sequence[Mapping[str, Any]]
+
+
+def paired_interval(mine: Runs, base: Runs, ratio: Callable[[Runs, Runs], float], *,
+                    confidence: float = 0.95, resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """A percentile bootstrap interval of `ratio(mine, base)` over the runs' workloads.
+
+    A workload is a (prompt, repeat) pair that both lists ran; a replicate draws as many
+    workloads as there are, with replacement, and takes each list's run of each drawn one,
+    so both sides of the ratio always cover the same prompts.
+
+    Args:
+        mine, base: run records (prompt, repeat, ...), at most one per workload in each.
+        ratio: the statistic, e.g. all tokens over all seconds of `mine` over those of `base`.
+        confidence, resamples, seed: as `bootstrap_interval`.
+    """
+    def by_workload(name: str, runs: Runs) -> dict[tuple[int, int], Mapping[str, Any]]:
+        table = {(int(r["prompt"]), int(r["repeat"])): r for r in runs}
+        if len(table) != len(runs):
+            raise ValueError(f"{name}: expected at most one run per (prompt, repeat), got {len(runs)} runs "
+                             f"for {len(table)} workloads")
+        return table
+
+    ours, theirs = by_workload("mine", mine), by_workload("base", base)
+    keys = sorted(set(ours) & set(theirs))
+    if not keys:
+        raise ValueError("mine, base: expected runs of at least one common (prompt, repeat), got none")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence: expected a value in (0, 1), got {confidence}")
+    check_int("resamples", resamples, 1)
+    rng = np.random.default_rng(check_int("seed", seed, 0))
+    picks = rng.integers(0, len(keys), size=(resamples, len(keys)))
+    stats = [float(ratio([ours[keys[i]] for i in row], [theirs[keys[i]] for i in row])) for row in picks]
     tail = (1 - confidence) / 2
     return quantile(stats, tail), quantile(stats, 1 - tail)
 

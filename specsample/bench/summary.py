@@ -11,6 +11,7 @@ from specsample.bench.stats import (
     bootstrap_interval,
     median_rate,
     merge_metrics,
+    paired_interval,
     quantile,
     throughput,
 )
@@ -34,15 +35,33 @@ def _record(family: str, temperature: float, runs: list[dict[str, Any]], *, draf
         "predicted_speedup": None, "n_runs": len(chosen)}
     record["achieved_speedup"] = record["tokens_per_s"] / median_rate(plain)
     record["throughput_speedup"] = throughput(chosen) / throughput(plain)
+    record.update(_intervals(chosen, plain))
     record["by_tag"] = {}
     for tag in dict.fromkeys(r["tag"] for r in chosen):
         mine, base = ([r for r in rs if r["tag"] == tag] for rs in (chosen, plain))
         record["by_tag"][tag] = {"tokens_per_s": median_rate(mine), "n_runs": len(mine),
                                  "achieved_speedup": median_rate(mine) / median_rate(base),
-                                 "throughput_speedup": throughput(mine) / throughput(base)}
+                                 "throughput_speedup": throughput(mine) / throughput(base),
+                                 **_intervals(mine, base)}
     if family.startswith("specsample"):
         _add_acceptance(record, chosen, plain, c)
+    record["runs"] = chosen  # dropped by `summarise` once the ratios between records are in
     return record
+
+
+def _median_ratio(mine: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]) -> float:
+    return median_rate(mine) / median_rate(base)
+
+
+def _throughput_ratio(mine: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]) -> float:
+    return throughput(mine) / throughput(base)
+
+
+def _intervals(mine: Sequence[Mapping[str, Any]],
+               base: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """Bootstrap 95% intervals of the two speedups over the runs' workloads (`paired_interval`)."""
+    return {"achieved_speedup_ci95": list(paired_interval(mine, base, _median_ratio)),
+            "throughput_speedup_ci95": list(paired_interval(mine, base, _throughput_ratio))}
 
 
 def _add_acceptance(record: dict[str, Any], runs: Sequence[Mapping[str, Any]],
@@ -61,6 +80,12 @@ def _add_acceptance(record: dict[str, Any], runs: Sequence[Mapping[str, Any]],
                   mean_tokens_per_round=m.mean_tokens_per_round, mean_k=m.mean_k,
                   histogram=list(m.histogram), predicted_speedup=m.predicted_speedup(c))
     record["efficiency"] = record["throughput_speedup"] / record["predicted_speedup"]
+
+    def efficiency(mine: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]) -> float:
+        predicted = merge_metrics([r["metrics"] for r in mine]).predicted_speedup(c)
+        return throughput(mine) / throughput(base) / predicted
+
+    record["efficiency_ci95"] = list(paired_interval(runs, plain, efficiency))
     per_prompt = []
     for index in dict.fromkeys(r["prompt"] for r in runs):
         mine, base = ([r for r in rs if r["prompt"] == index] for rs in (runs, plain))
@@ -77,20 +102,22 @@ def _add_acceptance(record: dict[str, Any], runs: Sequence[Mapping[str, Any]],
 
 
 def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float) -> list[dict[str, Any]]:
-    """One record per (method family, temperature), speedups against the faster plain variant.
+    """One record per (method family, setting), speedups against the faster plain variant.
 
     Args:
         runs: run records of `models` (family, method, k, temperature, prompt, tag,
-            new_tokens, seconds, tokens_per_s, metrics); a "plain" family at each temperature.
+            new_tokens, seconds, tokens_per_s, metrics, and the setting's label); a "plain"
+            family at each setting.
         draft: the drafter's name (copied into each record).
         c: the draft/target cost ratio the predictions use.
     """
     records: list[dict[str, Any]] = []
-    for temperature in dict.fromkeys(r["temperature"] for r in runs):
-        at = [dict(r) for r in runs if r["temperature"] == temperature]
+    for setting in dict.fromkeys(_label(r) for r in runs):
+        at = [dict(r) for r in runs if _label(r) == setting]
+        temperature = at[0]["temperature"]
         plain_runs = [r for r in at if r["family"] == "plain"]
         if not plain_runs:
-            raise ValueError(f"runs: expected plain runs at temperature {temperature}, got none")
+            raise ValueError(f"runs: expected plain runs at {setting}, got none")
         best, _ = best_variant(plain_runs)
         fastest = [r for r in plain_runs if r["method"] == best]
         group = {f: _record(f, temperature, [r for r in at if r["family"] == f], draft=draft, c=c,
@@ -99,9 +126,20 @@ def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float)
         hf = group.get("hf_assisted")
         versus = next((group[f] for f in group if f.startswith("specsample@")), None)
         for record in group.values():
-            record["ratio_vs_hf"] = None if hf is None else record["tokens_per_s"] / hf["tokens_per_s"]
-            record["ratio_vs_versus"] = None if versus is None else \
-                record["tokens_per_s"] / versus["tokens_per_s"]
+            for key, other in (("ratio_vs_hf", hf), ("ratio_vs_versus", versus)):
+                record[key] = None if other is None else record["tokens_per_s"] / other["tokens_per_s"]
+                record[f"{key}_ci95"] = None if other is None else list(
+                    paired_interval(record["runs"], other["runs"], _median_ratio))
             record.setdefault("efficiency", None)
+            record.setdefault("efficiency_ci95", None)
+        for record in group.values():
+            del record["runs"]
+        for record in group.values():
+            record.update(setting=setting, top_p=at[0].get("top_p"))
         records += group.values()
     return records
+
+
+def _label(run: Mapping[str, Any]) -> str:
+    """The run's setting: its label, or its temperature's (runs recorded before settings had labels)."""
+    return str(run.get("setting") or f"T={run['temperature']:g}")

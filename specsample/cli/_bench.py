@@ -48,7 +48,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--vocab", type=int, default=None, help="core: vocabulary size (default 49152)")
     add_model_options(parser)
     parser.add_argument("--temperatures", default=None,
-                        help="comma-separated settings (models; default 0,0.7; 0 = greedy)")
+                        help="comma-separated settings, T or T:P for top_p P at T (models; default "
+                             "0,0.7,0.7:0.9; 0 = greedy)")
     parser.add_argument("--prompts", type=int, default=None,
                         help=f"use the first N built-in prompts (models: default all {len(bench.PROMPTS)}; "
                              f"greedy: default all {len(bench.greedy_prompts())})")
@@ -123,19 +124,25 @@ def _core(args: argparse.Namespace) -> int:
     return 0
 
 
-def _temperatures(text: str | None) -> tuple[float, ...]:
+def _temperatures(text: str | None) -> tuple[Any, ...]:
+    """`--temperatures`: comma-separated T (the config's other knobs) or T:P (top_p P at T)."""
     if text is None:
         return bench.ModelsPlan().temperatures
+    values: list[Any] = []
     try:
-        values = tuple(float(t) for t in text.split(",") if t.strip())
+        for item in (t.strip() for t in text.split(",") if t.strip()):
+            temperature, colon, top_p = item.partition(":")
+            values.append((float(temperature), float(top_p)) if colon else float(temperature))
     except ValueError as err:
-        raise ValueError(f"--temperatures: expected comma-separated numbers, got {text!r}") from err
-    if not values or any(t < 0 for t in values):
-        raise ValueError(f"--temperatures: expected numbers >= 0, got {text!r}")
-    return values
+        raise ValueError(f"--temperatures: expected comma-separated T or T:P (top_p P), "
+                         f"got {text!r}") from err
+    if not values or any((v[0] if isinstance(v, tuple) else v) < 0 for v in values) or \
+            any(isinstance(v, tuple) and not 0 < v[1] <= 1 for v in values):
+        raise ValueError(f"--temperatures: expected temperatures >= 0 and top_p in (0, 1], got {text!r}")
+    return tuple(values)
 
 
-def run_models(args: argparse.Namespace, *, temperatures: Sequence[float]) -> int:
+def run_models(args: argparse.Namespace, *, temperatures: Sequence[Any]) -> int:
     """`bench models`: the plan from the options (checked before any model loads), then the run."""
     values = {"prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
     plan = bench.ModelsPlan(**{k: v for k, v in values.items() if v is not None},
@@ -151,11 +158,31 @@ def show_models(runner: Runner, plan: bench.ModelsPlan, *, path: Path) -> int:
     paths = bench.write_models(report, path)
     print(f"wrote {', '.join(str(p) for p in paths)}")
     models_table(report.records)
+    intervals(report.records)
     graphs = report.settings["compiled_graphs_after_warmup"], report.settings["compiled_graphs_at_end"]
     if graphs[0] is not None and graphs[1] is not None:
         print(f"torch.compile graphs: {graphs[0]} after warm-up, {graphs[1]} at the end "
               f"({graphs[1] - graphs[0]} compiled during the timed runs)")
     return 0
+
+
+def intervals(records: Sequence[Mapping[str, Any]]) -> None:
+    """Print specsample's speedups over plain decoding (all tokens over all seconds) with their
+    bootstrap 95% intervals: over all prompts and per kind of prompt."""
+    def span(value: float, ci: Sequence[float]) -> str:
+        return f"{value:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+    for r in records:
+        if r["method"] != "specsample":
+            continue
+        kinds = "; ".join(f"{tag} {span(e['throughput_speedup'], e['throughput_speedup_ci95'])}"
+                          for tag, e in r["by_tag"].items())
+        hf = "" if r.get("ratio_vs_hf") is None else \
+            f"; vs HF assisted {span(r['ratio_vs_hf'], r['ratio_vs_hf_ci95'])}"
+        overall = span(r["throughput_speedup"], r["throughput_speedup_ci95"])
+        setting = r.get("setting") or r["temperature"]
+        print(f"{setting}: specsample vs plain {overall} (95% bootstrap intervals over prompts x "
+              f"repeats); {kinds}{hf}")
 
 
 def _fmt(value: Any, width: int, spec: str) -> str:
@@ -165,10 +192,11 @@ def _fmt(value: Any, width: int, spec: str) -> str:
 def models_table(records: Sequence[Mapping[str, Any]]) -> None:
     """Print one line per (method, setting)."""
     versus = any(r.get("ratio_vs_versus") is not None for r in records)
-    print(f"{'method':<18}{'T':>5}{'k':>11}{'tok/s':>8}{'speedup':>9}{'tput':>7}{'pred':>7}{'eff':>6}"
+    print(f"{'method':<18}{'setting':>16}{'k':>11}{'tok/s':>8}{'speedup':>9}{'tput':>7}{'pred':>7}{'eff':>6}"
           f"{'alpha':>7}{'vs HF':>7}" + (f"{'vs @':>7}" if versus else "") + "  variant")
     for r in records:
-        print(f"{r['method']:<18}{r['temperature']:>5g}{r['k']!s:>11}{r['tokens_per_s']:>8.1f}"
+        setting = r.get("setting") or r["temperature"]
+        print(f"{r['method']:<18}{setting:>16}{r['k']!s:>11}{r['tokens_per_s']:>8.1f}"
               f"{r['achieved_speedup']:>8.2f}x{r['throughput_speedup']:>6.2f}x"
               f"{_fmt(r['predicted_speedup'], 7, '.2f')}"
               f"{_fmt(r['efficiency'], 6, '.2f')}{_fmt(r['alpha'], 7, '.3f')}"
