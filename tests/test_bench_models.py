@@ -59,12 +59,15 @@ def test_models_returns_records_and_writes_them(runner: specsample.Runner, tmp_p
 
 
 def test_batch_memory_and_greedy_return_records(runner: specsample.Runner) -> None:
-    record = bench.batch(runner, max_new_tokens=3, prompts=bench.BATCH_PROMPTS[:3], sizes=(1, 2, 5))
-    assert (record["rows"], record["rows_compared"], record["max_new_tokens"]) == (3, 7, 3)
-    assert record["rows_equal"] == 7  # float64: equal
+    record = bench.batch(runner, max_new_tokens=3, prompts=bench.BATCH_PROMPTS[:3], sizes=(1, 2, 5),
+                         repeats=2)
+    assert (record["rows"], record["rows_compared"], record["max_new_tokens"]) == (3, 14, 3)
+    assert record["rows_equal"] == 14  # float64: equal
     assert [r["batch"] for r in record["sizes"]] == [1, 2, 5]
     for r in record["sizes"]:
-        assert r["speedup_vs_plain"] == pytest.approx(r["tokens_per_s"] / r["tokens_per_s_plain"])
+        assert len(r["speedups"]) == 2 and min(r["speedups"]) <= r["speedup_vs_plain"] <= max(r["speedups"])
+    with pytest.raises(ValueError, match="repeats: expected an int >= 1"):
+        bench.batch(runner, repeats=0)
     with pytest.raises(ValueError, match="sizes: expected distinct batch sizes"):
         bench.batch(runner, sizes=(2, 2))
     with pytest.raises(ValueError, match="sizes: expected an int >= 1"):

@@ -36,7 +36,7 @@ BENCH_ONLY = {"--repeats": "2", "--vocab": "64", "--prompts": "1", "--temperatur
               "--versus": "torch", "--skip-hf": None}
 REFUSED = [("core", f) for f in [*MODEL_FLAGS, "--prompts", "--temperatures", "--versus", "--skip-hf"]]
 REFUSED += [("models", "--temperature"), ("models", "--vocab")]
-REFUSED += [("batch", f) for f in ("--temperature", "--top-k", "--top-p", "--min-p", "--repeats", "--vocab",
+REFUSED += [("batch", f) for f in ("--temperature", "--top-k", "--top-p", "--min-p", "--vocab",
                                    "--prompts", "--temperatures", "--versus", "--skip-hf")]
 REFUSED += [("memory", f) for f in ("--repeats", "--vocab", "--prompts", "--temperatures", "--versus",
                                     "--skip-hf")]
@@ -138,9 +138,10 @@ def test_bench_models_honours_its_flags(tmp_path: Path) -> None:
 
 def test_bench_batch_memory_and_greedy_honour_their_flags(tmp_path: Path) -> None:
     common = [*REFERENCE, "--draft", "lookup", "--k", "2", "--seed", "3", "--max-new-tokens", "3"]
-    assert main(["bench", "batch", *common, "--json", str(tmp_path / "b.json")]) == 0
+    assert main(["bench", "batch", *common, "--repeats", "2", "--json", str(tmp_path / "b.json")]) == 0
     batch = json.loads((tmp_path / "b.json").read_text())
     assert batch["records"][0]["max_new_tokens"] == 3 and batch["records"][0]["k"] == 2
+    assert batch["records"][0]["repeats"] == 2
     assert (batch["settings"]["target"], batch["settings"]["draft"], batch["settings"]["seed"]) == \
         (TOY, "lookup", 3)
     assert main(["bench", "memory", *common, "--temperature", "0.5", "--top-k", "5", "--top-p", "0.9",

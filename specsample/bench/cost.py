@@ -107,8 +107,9 @@ class WidthCost:
     in plain steps (`specsample.policy.batch_width`).
 
     Each pair is measured once, when first asked (a prefill of `prompt` in every row, then
-    the median of `repeats` timed forwards of each width at the same cache position), and
-    kept. In a distributed run every rank keeps rank 0's value, so ranks choose alike.
+    the medians of `repeats` timed forwards of each width at the same cache position, the
+    two widths in turn), and kept. In a distributed run every rank keeps rank 0's value, so
+    ranks choose alike.
 
     Args:
         target: the target model.
@@ -116,7 +117,7 @@ class WidthCost:
         repeats: timed forwards of each width (>= 1).
     """
 
-    def __init__(self, target: Model, prompt: Any, *, repeats: int = 3) -> None:
+    def __init__(self, target: Model, prompt: Any, *, repeats: int = 5) -> None:
         if not isinstance(target, Model):
             raise TypeError(f"target: expected a Model, got {type(target).__name__}")
         if len(prompt.shape) != 2 or int(prompt.shape[0]) != 1 or int(prompt.shape[1]) < 1:
@@ -152,4 +153,12 @@ class WidthCost:
                 cache = rollback(cache, lengths)
             return run
 
-        return _timed(step(span), self.repeats) / _timed(step(span[:, :1]), self.repeats)
+        # In turn, so that a slow spell of a shared machine falls on both widths alike.
+        wide, one = step(span), step(span[:, :1])
+        wide()
+        one()
+        times: tuple[list[float], list[float]] = ([], [])
+        for _ in range(self.repeats):
+            times[0].extend(timings(wide, 1, warm_up=False))
+            times[1].extend(timings(one, 1, warm_up=False))
+        return statistics.median(times[0]) / statistics.median(times[1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -32,23 +33,27 @@ def rss_mib() -> float:
 
 
 def batch(runner: Runner, *, max_new_tokens: int = 64, prompts: Sequence[str] = BATCH_PROMPTS,
-          sizes: Sequence[int] = (1, 8, 32), progress: Progress = NO_PROGRESS) -> dict[str, Any]:
+          sizes: Sequence[int] = (1, 8, 32), repeats: int = 3,
+          progress: Progress = NO_PROGRESS) -> dict[str, Any]:
     """Greedy, speculative against plain decoding at each batch size in `sizes`.
 
     Batch size B holds the prompts in turn (B = 32 holds each of 8 prompts four times);
     B = 1 runs each prompt alone. Each size is warmed up at that size first (what a
     drafter measures once per batch size is measured there), then speculative and plain
-    decoding run side by side. Every run goes to the runner's backend engine (EOS off, so
-    each row makes `max_new_tokens`). A batched row must equal its prompt alone (greedy).
+    decoding run in turn, `repeats` times. Every run goes to the runner's backend engine
+    (EOS off, so each row makes `max_new_tokens`). A batched row must equal its prompt
+    alone (greedy).
 
     Returns:
         rows (prompts), rows_equal (batched rows equal to their prompt alone, over all sizes
-        above 1, out of `rows_compared`), max_new_tokens, k, and per size ("sizes"): batch,
-        tokens/s of speculative and plain decoding, speedup_vs_plain, the acceptance
-        rate, the rounds at each K (`k_counts`); plus throughput_ratio, the largest
-        size's speculative tokens/s over batch 1's.
+        above 1 and repeats, out of `rows_compared`), max_new_tokens, k, repeats, and per
+        size ("sizes"): batch, the median over repeats of the tokens/s of speculative and
+        plain decoding and of their ratio (speedup_vs_plain, with every repeat's ratio in
+        `speedups`), the acceptance rate and the rounds at each K (`k_counts`) over all
+        repeats; plus throughput_ratio, the largest size's speculative tokens/s over batch 1's.
     """
     check_int("max_new_tokens", max_new_tokens, 1)
+    check_int("repeats", repeats, 1)
     if isinstance(prompts, str) or not prompts or not all(isinstance(p, str) for p in prompts):
         raise ValueError(f"prompts: expected a non-empty sequence of str, got {prompts!r}")
     if isinstance(sizes, (str, bytes)) or not sizes or len(set(sizes)) != len(sizes):
@@ -58,8 +63,8 @@ def batch(runner: Runner, *, max_new_tokens: int = 64, prompts: Sequence[str] = 
     rows = [encode_text(runner.tokenizer, p) for p in prompts]
     kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "params": SamplingParams(temperature=0),
                           "eos_token_id": None}
-    progress.stage("batch sizes: speculative and plain", 2 * sum(len(rows) if b == 1 else 1 for b in sizes),
-                   "run")
+    progress.stage("batch sizes: speculative and plain",
+                   2 * repeats * sum(len(rows) if b == 1 else 1 for b in sizes), "run")
     alone: list[list[int]] = []
     equal = compared = 0
     records: list[dict[str, Any]] = []
@@ -67,32 +72,37 @@ def batch(runner: Runner, *, max_new_tokens: int = 64, prompts: Sequence[str] = 
         chunks = [[r] for r in rows] if size == 1 else [[rows[i % len(rows)] for i in range(size)]]
         runner.generate(chunks[0], **{**kw, "max_new_tokens": 4})  # warm-up at this size
         runner.generate_plain(chunks[0], **{**kw, "max_new_tokens": 4})
-        seconds = {"spec": 0.0, "plain": 0.0}
+        rates: dict[str, list[float]] = {"spec": [], "plain": []}
         metrics = []
-        for chunk in chunks:
-            began = time.perf_counter()
-            out = runner.generate(chunk, **kw)
-            seconds["spec"] += time.perf_counter() - began
-            progress.advance(1)
-            began = time.perf_counter()
-            runner.generate_plain(chunk, **kw)
-            seconds["plain"] += time.perf_counter() - began
-            progress.advance(1)
-            metrics.append(out.metrics.as_dict())
-            if size == 1:
-                alone.append(out.new_tokens(0))
-            elif alone:
-                compared += len(chunk)
-                equal += sum(out.new_tokens(i) == alone[i % len(rows)] for i in range(len(chunk)))
-        merged = merge_metrics(metrics)
         tokens = sum(len(c) for c in chunks) * max_new_tokens
-        records.append({"batch": size, "tokens_per_s": tokens / seconds["spec"],
-                        "tokens_per_s_plain": tokens / seconds["plain"],
-                        "speedup_vs_plain": seconds["plain"] / seconds["spec"],
+        for rep in range(repeats):
+            seconds = {"spec": 0.0, "plain": 0.0}
+            for chunk in chunks:
+                began = time.perf_counter()
+                out = runner.generate(chunk, **kw)
+                seconds["spec"] += time.perf_counter() - began
+                progress.advance(1)
+                began = time.perf_counter()
+                runner.generate_plain(chunk, **kw)
+                seconds["plain"] += time.perf_counter() - began
+                progress.advance(1)
+                metrics.append(out.metrics.as_dict())
+                if size == 1 and rep == 0:
+                    alone.append(out.new_tokens(0))
+                elif size > 1 and alone:
+                    compared += len(chunk)
+                    equal += sum(out.new_tokens(i) == alone[i % len(rows)] for i in range(len(chunk)))
+            for name, spent in seconds.items():
+                rates[name].append(tokens / spent)
+        merged = merge_metrics(metrics)
+        speedups = [s / p for s, p in zip(rates["spec"], rates["plain"], strict=True)]
+        records.append({"batch": size, "tokens_per_s": statistics.median(rates["spec"]),
+                        "tokens_per_s_plain": statistics.median(rates["plain"]),
+                        "speedup_vs_plain": statistics.median(speedups), "speedups": speedups,
                         "acceptance_rate": merged.acceptance_rate, "k_counts": list(merged.k_counts)})
     progress.end()
     return {"rows": len(rows), "rows_equal": equal, "rows_compared": compared,
-            "max_new_tokens": max_new_tokens, "k": runner.config.k, "sizes": records,
+            "max_new_tokens": max_new_tokens, "k": runner.config.k, "repeats": repeats, "sizes": records,
             "throughput_ratio": records[-1]["tokens_per_s"] / records[0]["tokens_per_s"]}
 
 

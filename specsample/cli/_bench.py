@@ -20,7 +20,7 @@ USED: dict[str, set[str]] = {
     "core": {"json", "repeats", "vocab"},
     "models": _MODEL | set(SAMPLING[1:]) | {"json", "repeats", "prompts", "temperatures", "versus",
                                             "skip_hf"},
-    "batch": _MODEL | {"json"},
+    "batch": _MODEL | {"json", "repeats"},
     "memory": _MODEL | set(SAMPLING) | {"json"},
     "greedy": _MODEL | {"json", "prompts"},
     "tree": {"backend", "config", "target", "seed", "max_new_tokens", "device", "dtype", "json", "repeats",
@@ -44,7 +44,7 @@ def add_parser(sub: Any) -> None:
                              "block verification, accepted drafts per round")
     parser.add_argument("--json", type=Path, default=None, help="write the records here")
     parser.add_argument("--repeats", type=int, default=None,
-                        help="repetitions (default: 30 for core, 3 for models)")
+                        help="repetitions (default: 30 for core, 3 for models and batch)")
     parser.add_argument("--vocab", type=int, default=None, help="core: vocabulary size (default 49152)")
     add_model_options(parser)
     parser.add_argument("--temperatures", default=None,
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if plan is not None:
         return _greedy(runner, plan, args.json, settings)
     if args.what == "batch":
-        return _batch(runner, args.max_new_tokens, args.json, settings)
+        return _batch(runner, args.max_new_tokens, args.json, settings, args.repeats)
     return _memory(runner, args.max_new_tokens, args.json, settings)
 
 
@@ -204,17 +204,20 @@ def models_table(records: Sequence[Mapping[str, Any]]) -> None:
               + (_fmt(r.get("ratio_vs_versus"), 7, ".2f") if versus else "") + f"  {r['variant']}")
 
 
-def _batch(runner: Runner, max_new: int | None, path: Path | None, settings: dict[str, Any]) -> int:
+def _batch(runner: Runner, max_new: int | None, path: Path | None, settings: dict[str, Any],
+           repeats: int | None) -> int:
     n = 64 if max_new is None else max_new
-    record = bench.batch(runner, max_new_tokens=n, progress=Bars())
+    record = bench.batch(runner, max_new_tokens=n, repeats=3 if repeats is None else repeats, progress=Bars())
     record["draft"] = settings["draft"]
     print(f"greedy, {record['rows']} ragged prompts x {n} tokens (batch 32: each prompt 4 times); "
           f"batched rows equal to the prompt alone: {record['rows_equal']}/{record['rows_compared']}")
+    print(f"medians of {record['repeats']} runs in turn")
     print(f"{'batch':>6}{'specsample tok/s':>18}{'plain tok/s':>13}{'vs plain':>10}{'accepted':>10}"
-          f"  rounds at K")
+          f"  each run vs plain; rounds at K")
     for r in record["sizes"]:
+        runs = ", ".join(f"{x:.2f}" for x in r["speedups"])
         print(f"{r['batch']:>6}{r['tokens_per_s']:>18.1f}{r['tokens_per_s_plain']:>13.1f}"
-              f"{r['speedup_vs_plain']:>9.2f}x{r['acceptance_rate']:>10.2f}  {r['k_counts']}")
+              f"{r['speedup_vs_plain']:>9.2f}x{r['acceptance_rate']:>10.2f}  {runs}; {r['k_counts']}")
     _write(path, {"benchmark": "batch", "settings": {**settings, "max_new_tokens": n}, "records": [record]})
     return 0 if record["rows_equal"] == record["rows_compared"] else 1
 
