@@ -8,8 +8,8 @@ from typing import Any
 
 import array_api_compat
 
-__all__ = ["Array", "check_finite", "check_int", "check_logits", "check_probs", "check_shape", "check_tokens",
-           "check_uniforms", "device", "host_ints", "namespace", "rows_at"]
+__all__ = ["Array", "check_finite", "check_int", "check_logits", "check_logits_shape", "check_probs",
+           "check_shape", "check_tokens", "check_uniforms", "device", "host_ints", "namespace", "rows_at"]
 
 # NumPy, torch and JAX arrays all pass through; we type them loosely.
 Array = Any
@@ -97,6 +97,13 @@ def check_finite(name: str, x: Array) -> None:
                          f"({int(xp.sum(xp.astype(bad, xp.int64)))} non-finite entries)")
 
 
+def check_logits_shape(name: str, x: Array) -> None:
+    """Raise unless `x` is a real floating-point array of shape [..., V] with V >= 1."""
+    check_float(name, x)
+    if x.ndim < 1 or x.shape[-1] < 1:
+        raise ValueError(f"{name}: expected shape [..., V] with V >= 1, got {list(x.shape)}")
+
+
 def check_logits(name: str, x: Array) -> None:
     """Raise unless `x [..., V]` has no NaN or +inf and a finite entry per row.
 
@@ -104,10 +111,8 @@ def check_logits(name: str, x: Array) -> None:
     maxima propagate NaN, are +inf where a row holds +inf and -inf where a row is all -inf;
     the entries are counted only to word an error.
     """
-    check_float(name, x)
+    check_logits_shape(name, x)
     xp = namespace(x)
-    if x.ndim < 1 or x.shape[-1] < 1:
-        raise ValueError(f"{name}: expected shape [..., V] with V >= 1, got {list(x.shape)}")
     top = xp.max(x, axis=-1)  # [...]
     if bool(xp.any(xp.isnan(top) | (top == xp.inf))):
         raise ValueError(f"{name}: expected finite logits (or -inf for masked tokens), got "

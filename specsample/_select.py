@@ -30,8 +30,10 @@ __all__ = ["kth_largest", "sorted_threshold", "top_p_threshold"]
 # first (rounding keeps the order).
 _BUCKETS = 1 << 12
 _SHIFT = 32 - 12
-# Group size of the two-stage top-k selection (`top_groups`).
+# Group size of the two-stage top-k selection (`top_groups`), and the shortest rows it takes
+# (shorter ones gain nothing from it).
 GROUP = 32
+_GROUPED_FROM = 4096
 # Rows shorter than this are sorted: the histogram's fixed cost exceeds the sort's.
 _SORTED_BELOW = 512
 
@@ -50,7 +52,7 @@ def kth_largest(x: Array, k: int) -> Array:
 
 def grouped(vocab: int, k: int) -> bool:
     """Whether `top_groups` takes rows of `vocab` entries for a top-`k` selection."""
-    return vocab % GROUP == 0 and k <= vocab // (4 * GROUP)
+    return vocab >= _GROUPED_FROM and vocab % GROUP == 0 and k <= vocab // (4 * GROUP)
 
 
 def top_groups(x: Any, k: int) -> tuple[Any, Any, Any, Any]:

@@ -7,14 +7,11 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from specsample._array import Array, check_float, check_logits, device, namespace
+from specsample._array import Array, check_logits, check_logits_shape, device, namespace
 from specsample._select import grouped, kth_largest, top_groups, top_p_threshold
 from specsample.params import SamplingParams
 
 __all__ = ["warp"]
-
-# Rows at least this long take the grouped top-k path; shorter ones gain nothing from it.
-_GROUPED_FROM = 4096
 
 
 def _owned(x: Array) -> bool:
@@ -135,11 +132,8 @@ def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
         ids = xp.arange(vocab, device=device(logits))
         return xp.astype(ids == best, logits.dtype)
     if check:
-        check_float("logits", logits)
-        if logits.ndim < 1 or vocab < 1:
-            raise ValueError(f"logits: expected shape [..., V] with V >= 1, got {list(logits.shape)}")
-    if params.top_k is not None and grouped(vocab, params.top_k) and vocab >= _GROUPED_FROM \
-            and _eager_torch_cpu(logits):
+        check_logits_shape("logits", logits)  # the values: from the row maxima below
+    if params.top_k is not None and grouped(vocab, params.top_k) and _eager_torch_cpu(logits):
         fast = _top_k_groups(logits, params, check)
         if fast is not None:
             return _top_p_min_p(xp, fast, params)
