@@ -89,14 +89,13 @@ def paired_interval(mine: Runs, base: Runs, ratio: Callable[[Runs, Runs], float]
     keys = sorted(set(ours) & set(theirs))
     if not keys:
         raise ValueError("mine, base: expected runs of at least one common (prompt, repeat), got none")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence: expected a value in (0, 1), got {confidence}")
-    check_int("resamples", resamples, 1)
-    rng = np.random.default_rng(check_int("seed", seed, 0))
-    picks = rng.integers(0, len(keys), size=(resamples, len(keys)))
-    stats = [float(ratio([ours[keys[i]] for i in row], [theirs[keys[i]] for i in row])) for row in picks]
-    tail = (1 - confidence) / 2
-    return quantile(stats, tail), quantile(stats, 1 - tail)
+
+    def drawn(picks: Sequence[float]) -> float:  # the bootstrap resamples the workloads' indices
+        chosen = [keys[int(i)] for i in picks]
+        return float(ratio([ours[key] for key in chosen], [theirs[key] for key in chosen]))
+
+    return bootstrap_interval(range(len(keys)), statistic=drawn, confidence=confidence,
+                              resamples=resamples, seed=seed)
 
 
 def median_rate(runs: Sequence[Mapping[str, Any]]) -> float:

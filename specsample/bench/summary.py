@@ -20,8 +20,9 @@ __all__ = ["summarise"]
 
 
 def _record(family: str, temperature: float, runs: list[dict[str, Any]], *, draft: str | None, c: float,
-            plain: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The summary of one (method, setting); `plain` holds the faster plain variant's runs."""
+            plain: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The summary of one (method, setting), and the runs of its fastest variant that it
+    summarises; `plain` holds the faster plain variant's runs."""
     best, medians = best_variant(runs)
     chosen = [r for r in runs if r["method"] == best]
     tps = [r["tokens_per_s"] for r in chosen]
@@ -45,8 +46,7 @@ def _record(family: str, temperature: float, runs: list[dict[str, Any]], *, draf
                                  **_intervals(mine, base)}
     if family.startswith("specsample"):
         _add_acceptance(record, chosen, plain, c)
-    record["runs"] = chosen  # dropped by `summarise` once the ratios between records are in
-    return record
+    return record, chosen
 
 
 def _median_ratio(mine: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]) -> float:
@@ -125,18 +125,15 @@ def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float)
                  for f in dict.fromkeys(r["family"] for r in at)}
         hf = group.get("hf_assisted")
         versus = next((group[f] for f in group if f.startswith("specsample@")), None)
-        for record in group.values():
+        for record, chosen in group.values():
             for key, other in (("ratio_vs_hf", hf), ("ratio_vs_versus", versus)):
-                record[key] = None if other is None else record["tokens_per_s"] / other["tokens_per_s"]
+                record[key] = None if other is None else record["tokens_per_s"] / other[0]["tokens_per_s"]
                 record[f"{key}_ci95"] = None if other is None else list(
-                    paired_interval(record["runs"], other["runs"], _median_ratio))
+                    paired_interval(chosen, other[1], _median_ratio))
             record.setdefault("efficiency", None)
             record.setdefault("efficiency_ci95", None)
-        for record in group.values():
-            del record["runs"]
-        for record in group.values():
             record.update(setting=setting, top_p=at[0].get("top_p"))
-        records += group.values()
+            records.append(record)
     return records
 
 
