@@ -125,17 +125,21 @@ def _round_k(xp: object, drafter: Drafter, state: State, wanted: int,
     A drafter may draft fewer tokens for some rows (`Drafter.draft_lengths`, read from
     each row's committed tokens); the round drafts the longest active row's length, or,
     for a drafter that rates rounds by their cost (`round_cost`, the `auto` drafter) in a
-    batch of several rows, the width `batch_width` predicts fastest from `alpha`.
+    batch of several rows, the width `batch_width` predicts to end the call soonest from
+    `alpha` and the rows' tokens left.
     """
     lengths = drafter.draft_lengths(state.tokens, state.lengths, wanted)  # [B]
-    active = [v for v in host_ints(xp.where(state.done, -1, lengths)) if v >= 0]  # type: ignore[attr-defined]
+    batch = int(state.lengths.shape[0])
+    read = host_ints(xp.concat([xp.where(state.done, -1, lengths),  # type: ignore[attr-defined]
+                                state.stop_lengths - state.lengths]))
+    active = [v for v in read[:batch] if v >= 0]
     if not active:
         return None
     k = max(active)
-    batch = int(state.lengths.shape[0])
     cost = getattr(drafter, "round_cost", None)
     if cost is not None and batch > 1 and k > 0:
-        k = batch_width(active, batch, alpha, cost)
+        left = [n for v, n in zip(read[:batch], read[batch:], strict=True) if v >= 0]
+        k = batch_width(active, left, batch, alpha, cost)
     if k == 0 or all(v == k for v in active):
         return k, None
     return k, xp.minimum(lengths, k)  # type: ignore[attr-defined]

@@ -73,7 +73,8 @@ class HybridDrafter:
             positions per row over one position, at that batch size (measured by the
             backend). Given, the drafter rates each round of a batch of several rows by its
             cost (`round_cost`), and the core loop narrows the round, down to a plain step,
-            where Thm 3.8 predicts the narrower one faster (`specsample.policy.batch_width`).
+            where Thm 3.8's acceptance model predicts the narrower one to end the call
+            sooner (`specsample.policy.batch_width`).
             A row's tokens then depend on the batch's width choices: the law is the target's
             either way, but a row sampled in a batch may differ from the same row alone.
     """

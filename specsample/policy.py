@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from specsample._array import check_int
-from specsample.metrics import Metrics, expected_tokens_per_round, predicted_speedup
+from specsample.metrics import Metrics, predicted_speedup
 
 __all__ = ["WIDTH_PRIOR", "AdaptiveK", "ConstantK", "KPolicy", "batch_width", "k_policy"]
 
@@ -99,20 +99,28 @@ def k_policy(k: int | str, *, c: float = 0.1) -> KPolicy:
     raise ValueError(f"k: expected an int >= 1 or 'adaptive', got {k!r}")
 
 
-def batch_width(lengths: Sequence[int], batch: int, alpha: float,
+def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int, alpha: float,
                 round_cost: Callable[[int, int], float]) -> int:
-    """The drafts per row for a round of `batch` rows that Thm 3.8 predicts fastest.
+    """The drafts per row for a round of `batch` rows that Thm 3.8's acceptance model
+    predicts to finish the call soonest.
 
     A round is as wide as its widest row: one row that drafts K makes the target verify
-    K + 1 positions of every row. At batch 1 that costs little more than a plain step; in a
-    full batch it costs several, which the rows that draft little do not pay back. So each
-    candidate width w (0, a plain step, or a row's own length) is rated by the tokens it is
-    expected to commit, sum_b E(alpha, min(L_b, w)) (Thm 3.8's E, with 1 for no draft), over
-    its cost in plain steps of the same batch, `round_cost(batch, w)` (1 at w = 0); the best
-    wins (the wider on a tie).
+    K + 1 positions of every row, which in a full batch costs several plain steps. And a
+    call ends when its last row does, so what a round is worth is how far it moves the row
+    with the most tokens left, not how many tokens all rows commit: a round in which every
+    row but one accepts its drafts brings the end no nearer. With R the most tokens any
+    active row has left, a round of width w moves the end by G = R - max_b (r_b - e_b),
+    r_b the row's tokens left and e_b = 1 + its accepted drafts (each of its min(L_b, w)
+    drafts accepted in turn with probability alpha, independently across rows):
+    P(G >= g) = prod_b P(e_b >= r_b - R + g). Each candidate width (0, a plain step, or a
+    row's own length) is rated by E[G] over its cost in plain steps of the same batch,
+    `round_cost(batch, w)` (1 at w = 0); the best wins (the wider on a tie). For one row,
+    E[G] is Thm 3.8's expected tokens per round.
 
     Args:
         lengths: the active rows' wanted draft lengths, each >= 0.
+        remaining: the active rows' tokens left before their stop, each >= 1, in the
+            order of `lengths`.
         batch: rows in the forward (done rows included: they are computed too), >= 1.
         alpha: per-draft acceptance, in [0, 1].
         round_cost: (batch, drafts per row) -> the round's cost in plain steps at that batch.
@@ -120,15 +128,28 @@ def batch_width(lengths: Sequence[int], batch: int, alpha: float,
     check_int("batch", batch, 1)
     if not lengths or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in lengths):
         raise ValueError(f"lengths: expected a non-empty list of ints >= 0, got {list(lengths)!r}")
+    if len(remaining) != len(lengths) or any(isinstance(n, bool) or not isinstance(n, int) or n < 1
+                                             for n in remaining):
+        raise ValueError(f"remaining: expected {len(lengths)} ints >= 1 (one per row of lengths), got "
+                         f"{list(remaining)!r}")
     if not 0 <= alpha <= 1:
         raise ValueError(f"alpha: expected a rate in [0, 1], got {alpha!r}")
-    rate = min(alpha, 1 - 1e-9)
+    most = max(remaining)
+
+    def at_least(emitted: int, drafts: int) -> float:
+        """P(e >= emitted) for a row verifying `drafts` drafts."""
+        return 1.0 if emitted <= 1 else alpha ** (emitted - 1) if emitted <= drafts + 1 else 0.0
 
     def speed(width: int) -> float:
-        tokens = sum(expected_tokens_per_round(rate, min(n, width)) for n in lengths)
+        gain = 0.0
+        for g in range(1, min(most, width + 1) + 1):
+            chance = 1.0
+            for n, left in zip(lengths, remaining, strict=True):
+                chance *= at_least(left - most + g, min(n, width))
+            gain += chance
         cost = 1.0 if width == 0 else float(round_cost(batch, width))
         if not cost > 0:
             raise ValueError(f"round_cost: expected a positive cost, got {cost!r} at width {width}")
-        return tokens / cost
+        return gain / cost
 
     return max(sorted({0, *lengths}), key=lambda w: (speed(w), w))

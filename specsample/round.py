@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from specsample._array import Array, check_int, check_shape, device, namespace
+from specsample._array import Array, check_int, check_shape, check_uniforms, device, namespace
 from specsample.cache import Cache, check_live, rollback
 from specsample.params import SamplingParams
 from specsample.protocols import Drafter, FeatureDrafter, FeatureModel, Model, Proposal, SkippingDrafter
@@ -184,7 +184,10 @@ def _plain_step(state: State, target: Model, drafter: Drafter, *, k: int, params
     check_shape("uniforms", uniforms, (int(state.tokens.shape[0]), 1))
     last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
     logits, features, cache = _forward(target, drafter, last, state.target_cache)
-    final = sample(warp(logits[:, 0, :], params, check=check), uniforms[:, 0], check=check)
+    if check:
+        check_uniforms("uniforms", uniforms)
+    # warp's output needs no check: it is finite, non-negative and normalised by construction.
+    final = sample(warp(logits[:, 0, :], params, check=check), uniforms[:, 0], check=False)
     verdict = Verdict(tokens=final[:, None], num_accepted=xp.zeros_like(state.lengths))
     draft_state = drafter.skip(state.draft_state) if skips else None  # type: ignore[attr-defined]
     return verdict, cache, draft_state, xp.zeros_like(state.lengths), features

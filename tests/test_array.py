@@ -1,4 +1,4 @@
-"""Array-API plumbing: the shared integer check and the host read."""
+"""Array-API plumbing: the shared checks and the host read."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from specsample._array import check_int, host_ints
+from specsample._array import check_int, check_probs, host_ints
 
 
 def test_check_int_names_the_argument_and_the_bounds() -> None:
@@ -28,3 +28,31 @@ def test_host_ints_reads_ints_and_bools(make) -> None:  # type: ignore[no-untype
     assert values == [1, 0] and all(type(v) is int for v in values)
     with pytest.raises(ValueError, match="x: expected a 1-D array"):
         host_ints(make([[1, 2]]))
+
+
+_BIG = float(np.finfo(np.float32).max)
+
+
+@pytest.mark.parametrize("make", [np.asarray, torch.tensor])
+@pytest.mark.parametrize(("rows", "match"), [
+    ([[0.5, float("nan")]], r"p: expected finite values, got nan \(1 non-finite entries\)"),
+    ([[0.5, float("inf")]], r"p: expected finite values, got inf"),
+    ([[0.5, float("-inf")]], r"p: expected finite values, got -inf"),
+    ([[float("inf"), float("-inf")]], r"p: expected finite values, got inf \(2 non-finite"),
+    ([[0.5, -0.25], [0.5, 0.5]], r"p: expected non-negative probabilities, got minimum -0.25"),
+    ([[0.5, 0.5], [0.0, 0.0]], r"p: expected positive, finite total mass in every row, got minimum row sum"),
+    ([[_BIG, _BIG]], r"p: expected positive, finite total mass in every row"),
+    ([[]], r"p: expected positive, finite total mass in every row"),
+])
+def test_check_probs_names_each_fault(make, rows, match) -> None:  # type: ignore[no-untyped-def]
+    """The two-reduction pass lets through only what the entry-by-entry checks let through."""
+    with pytest.raises(ValueError, match=match):
+        check_probs("p", make(np.asarray(rows, dtype=np.float32).reshape(len(rows), -1)))
+
+
+@pytest.mark.parametrize("make", [np.asarray, torch.tensor])
+def test_check_probs_passes_unnormalised_masses_and_zeros(make) -> None:  # type: ignore[no-untyped-def]
+    check_probs("p", make(np.array([[0.0, 3.0, 0.0], [-0.0, 1e-30, 0.0]], dtype=np.float32)))
+    check_probs("p", make(np.array([2.0, 1.0])))  # one row, float64
+    with pytest.raises(TypeError, match="p: expected a real floating-point array"):
+        check_probs("p", make(np.array([[1, 2]])))

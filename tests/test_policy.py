@@ -110,34 +110,47 @@ def test_k_policy_errors(k: object) -> None:
     assert repr(k) in str(info.value)
 
 
-def test_batch_width_weighs_the_rounds_tokens_against_its_cost() -> None:
+def test_batch_width_rates_a_round_by_how_far_it_moves_the_calls_end() -> None:
     from specsample.metrics import expected_tokens_per_round
     from specsample.policy import batch_width
 
-    # One row of 8 copies 4 drafts at alpha 0.5 (E = 1.9375 tokens); the others gain nothing.
-    # A 5-wide round must then cost under (7 + 1.9375) / 8 = 1.117 plain steps to pay.
+    # One row: the end moves by the row's own tokens, Thm 3.8's E (1.9375 at alpha 0.5, K=4).
+    assert batch_width([4], [100], 1, 0.5, lambda b, w: 1.93) == 4
+    assert batch_width([4], [100], 1, 0.5, lambda b, w: 1.94) == 0
+    assert expected_tokens_per_round(0.5, 4) == pytest.approx(1.9375)
+    # Eight rows with as many tokens left: one row's copies never bring the end nearer,
+    # whatever they commit, so any width that costs more than a plain step loses.
     lengths = [4, 0, 0, 0, 0, 0, 0, 0]
-    assert batch_width(lengths, 8, 0.5, lambda b, w: 1.1) == 4
-    assert batch_width(lengths, 8, 0.5, lambda b, w: 1.2) == 0
-    # Widths are rated by tokens per cost; a width no row wants is never chosen.
-    cost = {1: 1.05, 4: 1.5}
-    rows = [4, 4, 1, 0]
-    speed = {w: sum(expected_tokens_per_round(0.8, min(n, w)) for n in rows) / (cost.get(w, 1.0))
-             for w in (0, 1, 4)}
-    assert batch_width(rows, 4, 0.8, lambda b, w: cost[w]) == max(speed, key=speed.__getitem__)
-    assert batch_width([2, 3], 2, 1.0, lambda b, w: 1.0) == 3  # free width: the widest
-    assert batch_width([0, 0], 2, 0.9, lambda b, w: 1.0) == 0
+    assert batch_width(lengths, [64] * 8, 8, 0.5, lambda b, w: 1.01) == 0
+    assert batch_width(lengths, [64] * 8, 8, 0.5, lambda b, w: 1.0) == 4  # a tie: the wider
+    # Two rows drafting 2 at alpha 0.8: E[G] = 1 + 0.8^2 + (0.8^2)^2 = 2.0496 (both must accept).
+    assert batch_width([2, 2], [50, 50], 2, 0.8, lambda b, w: 2.04) == 2
+    assert batch_width([2, 2], [50, 50], 2, 0.8, lambda b, w: 2.06) == 0
+    # A row ahead of the last one: its drafts are worth nothing, the last row's are.
+    assert batch_width([4, 0], [10, 20], 2, 0.5, lambda b, w: 1.1) == 0
+    assert batch_width([0, 4], [10, 20], 2, 0.5, lambda b, w: 1.93) == 4
+    # A row 2 tokens ahead holds the end back only once the last row gains 4 or more:
+    # P(G >= g) = P(e_1 >= g - 2) P(e_2 >= g), e_b - 1 accepted of 4 drafts at alpha 0.9.
+    g = 1 + 0.9 + 0.9 ** 2 + 0.9 * 0.9 ** 3 + 0.9 ** 2 * 0.9 ** 4
+    assert batch_width([4, 4], [8, 10], 2, 0.9, lambda b, w: g - 0.01) == 4
+    assert batch_width([4, 4], [8, 10], 2, 0.9, lambda b, w: g + 0.01) == 0
+    # The end cannot move past the tokens left.
+    assert batch_width([3], [1], 1, 1.0, lambda b, w: 1.01) == 0
+    assert batch_width([2, 3], [9, 9], 2, 1.0, lambda b, w: 1.0) == 3  # free width: the widest
+    assert batch_width([0, 0], [9, 9], 2, 0.9, lambda b, w: 1.0) == 0
     # The batch it is asked about is the batch given.
     seen: list[int] = []
-    batch_width([3], 5, 0.5, lambda b, w: seen.append(b) or 1.0)
+    batch_width([3], [9], 5, 0.5, lambda b, w: seen.append(b) or 1.0)
     assert seen == [5]
 
 
 @pytest.mark.parametrize(("args", "match"), [
-    (([], 2, 0.5), "lengths: expected a non-empty list of ints >= 0"),
-    (([1, -1], 2, 0.5), "lengths: expected a non-empty list of ints >= 0"),
-    (([1], 0, 0.5), "batch: expected an int >= 1"),
-    (([1], 2, 1.5), r"alpha: expected a rate in \[0, 1\], got 1.5"),
+    (([], [], 2, 0.5), "lengths: expected a non-empty list of ints >= 0"),
+    (([1, -1], [3, 3], 2, 0.5), "lengths: expected a non-empty list of ints >= 0"),
+    (([1, 1], [3], 2, 0.5), r"remaining: expected 2 ints >= 1 \(one per row of lengths\), got \[3\]"),
+    (([1], [0], 2, 0.5), "remaining: expected 1 ints >= 1"),
+    (([1], [3], 0, 0.5), "batch: expected an int >= 1"),
+    (([1], [3], 2, 1.5), r"alpha: expected a rate in \[0, 1\], got 1.5"),
 ])
 def test_batch_width_rejects_bad_input(args: tuple[object, ...], match: str) -> None:
     from specsample.policy import batch_width
@@ -145,4 +158,4 @@ def test_batch_width_rejects_bad_input(args: tuple[object, ...], match: str) -> 
     with pytest.raises(ValueError, match=match):
         batch_width(*args, lambda b, w: 1.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="round_cost: expected a positive cost"):
-        batch_width([2], 2, 0.5, lambda b, w: 0.0)
+        batch_width([2], [3], 2, 0.5, lambda b, w: 0.0)
