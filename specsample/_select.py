@@ -36,6 +36,8 @@ GROUP = 32
 _GROUPED_FROM = 4096
 # Rows shorter than this are sorted: the histogram's fixed cost exceeds the sort's.
 _SORTED_BELOW = 512
+# Every _STRIDE-th entry of a row is the sample that guesses a top-p candidate level.
+_STRIDE = 16
 
 
 def kth_largest(x: Array, k: int) -> Array:
@@ -104,11 +106,99 @@ def top_p_threshold(probs: Array, top_p: float) -> Array:
     if not _layout(probs) or shape[-1] < _SORTED_BELOW or _roundoff(probs)[0] * shape[-1] > 0.25:
         return sorted_threshold(probs, top_p)
     rows = xp.reshape(probs, (-1, shape[-1]))  # [R, V]
+    host = _host(rows)
+    if host is not None:
+        found, proven = _candidate_threshold(host, top_p, _roundoff(rows))
+        threshold = xp.asarray(found) if array_api_compat.is_numpy_array(rows) else _torch_of(found)
+        if not bool(np.all(proven)):
+            redo = np.flatnonzero(~proven)
+            threshold[redo] = _bucket_or_sort(xp, xp.take(rows, xp.asarray(redo), axis=0)
+                                              if array_api_compat.is_numpy_array(rows) else
+                                              rows[_torch_of(redo)], top_p)
+    else:
+        threshold = _bucket_or_sort(xp, rows, top_p)
+    return xp.reshape(threshold, (*shape[:-1], 1))
+
+
+def _bucket_or_sort(xp: Any, rows: Array, top_p: float) -> Array:
+    """The sort's threshold of each row [R]: the histogram's where proven, else the sort's."""
     threshold, proven = _bucket_threshold(xp, rows, top_p)  # [R], [R]
     if not bool(xp.all(proven)):
         redo = xp.nonzero(~proven)[0]
         threshold[redo] = sorted_threshold(xp.take(rows, redo, axis=0), top_p)[:, 0]
-    return xp.reshape(threshold, (*shape[:-1], 1))
+    return threshold
+
+
+def _host(rows: Array) -> np.ndarray | None:
+    """rows as a NumPy array without a copy (NumPy, or torch on CPU), else None."""
+    if array_api_compat.is_numpy_array(rows):
+        return np.ascontiguousarray(rows)
+    if array_api_compat.is_torch_array(rows) and rows.device.type == "cpu":
+        import torch
+
+        if not torch.compiler.is_compiling():
+            return rows.detach().contiguous().numpy()
+    return None
+
+
+def _torch_of(x: np.ndarray) -> Any:
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def _error(total: Array, vocab: int, roundoff: tuple[float, float]) -> Array:
+    """A bound on |the sort's `before` - the exact mass before| plus our own float64 sums'
+    error, for rows of V = `vocab` entries and mass at most `total`."""
+    acc, out = roundoff
+    # cumsum: |error| <= gamma_V * mass in acc, then two roundings to out; plus our own sums' error.
+    return 1.001 * total * (2 * (vocab + 2) * acc + 2 * out + 4 * (vocab + _BUCKETS + 4) * 2.0**-53)
+
+
+def _candidate_threshold(rows: np.ndarray, top_p: float,
+                         roundoff: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate threshold of each row and whether it is proven, from the entries above a
+    level guessed from a strided sample: rows [R, V] -> [R] (rows' dtype), bool [R].
+
+    The candidates C are all the entries >= the level, so sorted they are the first |C| of
+    the row's full sort, and v (the last kept by the sort's rule applied to them) has every
+    entry >= v among them: A and M below are exact sums. The row's mass is at most C's mass
+    plus the level times the entries left out. The proof is `_bucket_threshold`'s. A row
+    whose guess leaves too little mass in C (or too many entries) is not proven.
+    """
+    count, vocab = rows.shape
+    p = float(np.asarray(top_p, dtype=rows.dtype))
+    sample = np.sort(rows[:, ::_STRIDE], axis=-1)  # [R, S], ascending
+    # The mass below a level, from the sample: each sample value stands for the _STRIDE
+    # entries about it. The many small entries make this a good estimate where the few
+    # large ones (which the sample mostly misses) would not be; the row sums to about 1.
+    below = np.cumsum(sample, axis=-1, dtype=np.float64) * _STRIDE
+    reach = np.count_nonzero(below <= (1 - p) / 2, axis=-1)  # [R]: sample values below the level
+    level = sample[np.arange(count), np.maximum(reach - reach // 4 - 1, 0)]  # [R], with slack
+    chosen = rows >= level[:, None]
+    sizes = np.count_nonzero(chosen, axis=-1)
+    usable = (level > 0) & (sizes <= vocab // 4)
+    threshold = np.zeros(count, dtype=rows.dtype)
+    proven = np.zeros(count, dtype=bool)
+    if not usable.any():
+        return threshold, proven
+    flat = np.flatnonzero(chosen[usable])
+    row, kept_sizes = flat // vocab, sizes[usable]
+    start = np.cumsum(kept_sizes) - kept_sizes
+    ranked = np.zeros((len(kept_sizes), int(kept_sizes.max())), dtype=rows.dtype)  # zeros sort last
+    ranked[row, np.arange(flat.size) - start[row]] = rows[usable].reshape(-1)[flat]
+    ranked = np.sort(ranked, axis=-1)[:, ::-1]
+    mass = ranked.astype(np.float64)
+    prefix = np.cumsum(mass, axis=-1)
+    kept = np.minimum(np.count_nonzero(prefix - mass < p, axis=-1), kept_sizes)  # >= 1
+    value = ranked[np.arange(len(kept)), kept - 1]  # v
+    strict = np.sum(np.where(ranked > value[:, None], mass, 0.0), axis=-1)  # A
+    at_least = np.sum(np.where(ranked >= value[:, None], mass, 0.0), axis=-1)  # M
+    total = prefix[:, -1] + level[usable].astype(np.float64) * (vocab - kept_sizes)
+    error = _error(total, vocab, roundoff)
+    threshold[usable] = value
+    proven[usable] = (strict + error < p) & (at_least - error >= p)
+    return threshold, proven
 
 
 def _sort_descending(x: Array) -> Array:
@@ -208,7 +298,5 @@ def _bucket_threshold(xp: Any, rows: Array, top_p: float) -> tuple[Array, Array]
     strict = above + _bincount(row, xp.where(mass > level, mass, 0.0), count)  # A
     at_least = above + _bincount(row, xp.where(mass >= level, mass, 0.0), count)  # M
     below = below | (_bincount(row, xp.astype((mass < level) & (mass > 0), xp.float64), count) > 0)
-    acc, out = _roundoff(rows)
-    # cumsum: |error| <= gamma_V * mass in acc, then two roundings to out; plus our own sums' error.
-    error = 1.001 * total * (2 * (vocab + 2) * acc + 2 * out + 4 * (vocab + _BUCKETS + 4) * 2.0**-53)
+    error = _error(total, vocab, _roundoff(rows))
     return threshold, (strict + error < p) & ((at_least - error >= p) | ~below)

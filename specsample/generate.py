@@ -118,15 +118,15 @@ def capacity_for(capacity: int | None, needed: int, extra: str = "K_max") -> int
 
 
 def _round_k(xp: object, drafter: Drafter, state: State, wanted: int,
-             alpha: float) -> tuple[int, Array | None] | None:
+             metrics: Metrics) -> tuple[int, Array | None] | None:
     """This round's K and the per-row draft lengths (None when every active row drafts K),
     or None when every row is done. One host read: the active rows' lengths.
 
     A drafter may draft fewer tokens for some rows (`Drafter.draft_lengths`, read from
     each row's committed tokens); the round drafts the longest active row's length, or,
-    for a drafter that rates rounds by their cost (`round_cost`, the `auto` drafter) in a
-    batch of several rows, the width `batch_width` predicts to end the call soonest from
-    `alpha` and the rows' tokens left.
+    for a drafter that rates rounds by their cost (`round_cost`, the `auto` drafter), the
+    width `batch_width` predicts to end the call soonest from the rows' tokens left and the
+    acceptance so far at each draft length (`Metrics.alpha_at`, prior `WIDTH_PRIOR`).
     """
     lengths = drafter.draft_lengths(state.tokens, state.lengths, wanted)  # [B]
     batch = int(state.lengths.shape[0])
@@ -137,9 +137,9 @@ def _round_k(xp: object, drafter: Drafter, state: State, wanted: int,
         return None
     k = max(active)
     cost = getattr(drafter, "round_cost", None)
-    if cost is not None and batch > 1 and k > 0:
+    if cost is not None and k > 0:
         left = [n for v, n in zip(read[:batch], read[batch:], strict=True) if v >= 0]
-        k = batch_width(active, left, batch, alpha, cost)
+        k = batch_width(active, left, batch, lambda d: metrics.alpha_at(d, *WIDTH_PRIOR), cost)
     if k == 0 or all(v == k for v in active):
         return k, None
     return k, xp.minimum(lengths, k)  # type: ignore[attr-defined]
@@ -166,8 +166,7 @@ def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOption
     metrics, index, batch = Metrics(), 0, int(prompt.shape[0])
     # Two host reads a round: the draft lengths (which also say whether any row is
     # active) and the round's per-row counts.
-    while (chosen := _round_k(xp, drafter, state, policy.next_k(metrics),
-                              metrics.alpha_with_prior(*WIDTH_PRIOR))) is not None:
+    while (chosen := _round_k(xp, drafter, state, policy.next_k(metrics), metrics)) is not None:
         k, draft_lengths = chosen
         began = time.perf_counter()
         u = round_uniforms(run.seed, index, batch, k, like=state.tokens)

@@ -61,6 +61,10 @@ class Metrics:
         full_rounds: row-rounds that accepted every draft (no rejection).
         k_counts: k_counts[k] = rounds run with K = k (K = 0: a plain step, no draft).
         elapsed_s: wall time of the rounds, in seconds.
+        accepted_at, trials_at: accepted_at[d] = drafts accepted by row-rounds that verified
+            d drafts of their own, trials_at[d] = those plus their rejections: `alpha`'s
+            evidence split by a row's draft length (a drafter's short and long proposals
+            are accepted at different rates).
     """
 
     rounds: int = 0
@@ -72,6 +76,8 @@ class Metrics:
     full_rounds: int = 0
     k_counts: tuple[int, ...] = ()
     elapsed_s: float = 0.0
+    accepted_at: tuple[int, ...] = ()
+    trials_at: tuple[int, ...] = ()
 
     @property
     def acceptance_rate(self) -> float:
@@ -92,6 +98,14 @@ class Metrics:
         rejections = self.row_rounds - self.full_rounds
         trials = self.accepted + rejections + prior_weight
         return (self.accepted + prior_alpha * prior_weight) / trials if trials else 0.0
+
+    def alpha_at(self, drafts: int, prior_alpha: float, prior_weight: float) -> float:
+        """The acceptance of rows that verified `drafts` drafts of their own, with
+        `prior_weight` pseudo-trials at rate `prior_alpha` added (0 if no trials)."""
+        check_int("drafts", drafts, 1)
+        accepted = self.accepted_at[drafts] if drafts < len(self.accepted_at) else 0
+        trials = (self.trials_at[drafts] if drafts < len(self.trials_at) else 0) + prior_weight
+        return (accepted + prior_alpha * prior_weight) / trials if trials else 0.0
 
     @property
     def mean_tokens_per_round(self) -> float:
@@ -127,7 +141,8 @@ class Metrics:
     def as_dict(self) -> dict[str, object]:
         """A JSON-ready summary."""
         return {**dataclasses.asdict(self), "histogram": list(self.histogram),
-                "k_counts": list(self.k_counts), "acceptance_rate": self.acceptance_rate,
+                "k_counts": list(self.k_counts), "accepted_at": list(self.accepted_at),
+                "trials_at": list(self.trials_at), "acceptance_rate": self.acceptance_rate,
                 "alpha": self.alpha, "mean_tokens_per_round": self.mean_tokens_per_round,
                 "tokens_per_s": self.tokens_per_s, "mean_k": self.mean_k}
 
@@ -145,11 +160,14 @@ def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
     `drafted` gives the drafts each row verified when rows differ (default: k each); a row
     that accepted all of its own drafts saw no rejection.
     """
-    histogram = metrics.histogram
+    histogram, accepted_at, trials_at = metrics.histogram, metrics.accepted_at, metrics.trials_at
     rows = [i for i, a in enumerate(active) if a]
     own = [k] * len(active) if drafted is None else drafted
     for i in rows if k >= 1 else []:
         histogram = _add_at(histogram, accepted[i], 1)
+        if own[i] >= 1:
+            accepted_at = _add_at(accepted_at, own[i], accepted[i])
+            trials_at = _add_at(trials_at, own[i], accepted[i] + (accepted[i] < own[i]))
     return dataclasses.replace(
         metrics,
         rounds=metrics.rounds + 1,
@@ -161,4 +179,6 @@ def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
         full_rounds=metrics.full_rounds + sum(1 for i in rows if accepted[i] == own[i]),
         k_counts=_add_at(metrics.k_counts, k, 1),
         elapsed_s=metrics.elapsed_s + elapsed_s,
+        accepted_at=accepted_at,
+        trials_at=trials_at,
     )

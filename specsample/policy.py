@@ -99,8 +99,8 @@ def k_policy(k: int | str, *, c: float = 0.1) -> KPolicy:
     raise ValueError(f"k: expected an int >= 1 or 'adaptive', got {k!r}")
 
 
-def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int, alpha: float,
-                round_cost: Callable[[int, int], float]) -> int:
+def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
+                alpha: float | Callable[[int], float], round_cost: Callable[[int, int], float]) -> int:
     """The drafts per row for a round of `batch` rows that Thm 3.8's acceptance model
     predicts to finish the call soonest.
 
@@ -111,18 +111,21 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int, al
     row but one accepts its drafts brings the end no nearer. With R the most tokens any
     active row has left, a round of width w moves the end by G = R - max_b (r_b - e_b),
     r_b the row's tokens left and e_b = 1 + its accepted drafts (each of its min(L_b, w)
-    drafts accepted in turn with probability alpha, independently across rows):
+    drafts accepted in turn with probability alpha(L_b), independently across rows):
     P(G >= g) = prod_b P(e_b >= r_b - R + g). Each candidate width (0, a plain step, or a
     row's own length) is rated by E[G] over its cost in plain steps of the same batch,
     `round_cost(batch, w)` (1 at w = 0); the best wins (the wider on a tie). For one row,
-    E[G] is Thm 3.8's expected tokens per round.
+    E[G] is Thm 3.8's expected tokens per round, so at batch 1 this is Thm 3.8 with the
+    verify's cost measured at each width.
 
     Args:
         lengths: the active rows' wanted draft lengths, each >= 0.
         remaining: the active rows' tokens left before their stop, each >= 1, in the
             order of `lengths`.
         batch: rows in the forward (done rows included: they are computed too), >= 1.
-        alpha: per-draft acceptance, in [0, 1].
+        alpha: per-draft acceptance in [0, 1], or a function of a row's wanted length
+            (>= 1) giving it (a drafter's short and long proposals, such as prompt lookup's
+            one draft after a short match and K after a long one, differ in acceptance).
         round_cost: (batch, drafts per row) -> the round's cost in plain steps at that batch.
     """
     check_int("batch", batch, 1)
@@ -132,20 +135,31 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int, al
                                              for n in remaining):
         raise ValueError(f"remaining: expected {len(lengths)} ints >= 1 (one per row of lengths), got "
                          f"{list(remaining)!r}")
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"alpha: expected a rate in [0, 1], got {alpha!r}")
+    rate = alpha if callable(alpha) else lambda drafts: alpha
+    rates: dict[int, float] = {}
+
+    def rate_at(drafts: int) -> float:
+        if drafts not in rates:
+            rates[drafts] = float(rate(drafts))
+            if not 0 <= rates[drafts] <= 1:
+                raise ValueError(f"alpha: expected a rate in [0, 1], got {rates[drafts]!r}"
+                                 + (f" at {drafts} drafts" if callable(alpha) else ""))
+        return rates[drafts]
+
+    if not callable(alpha):
+        rate_at(1)
     most = max(remaining)
 
-    def at_least(emitted: int, drafts: int) -> float:
-        """P(e >= emitted) for a row verifying `drafts` drafts."""
-        return 1.0 if emitted <= 1 else alpha ** (emitted - 1) if emitted <= drafts + 1 else 0.0
+    def at_least(emitted: int, wanted: int, drafts: int) -> float:
+        """P(e >= emitted) for a row wanting `wanted` drafts and verifying `drafts` of them."""
+        return 1.0 if emitted <= 1 else rate_at(wanted) ** (emitted - 1) if emitted <= drafts + 1 else 0.0
 
     def speed(width: int) -> float:
         gain = 0.0
         for g in range(1, min(most, width + 1) + 1):
             chance = 1.0
             for n, left in zip(lengths, remaining, strict=True):
-                chance *= at_least(left - most + g, min(n, width))
+                chance *= at_least(left - most + g, n, min(n, width))
             gain += chance
         cost = 1.0 if width == 0 else float(round_cost(batch, width))
         if not cost > 0:

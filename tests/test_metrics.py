@@ -189,3 +189,21 @@ def test_tally_counts_each_rows_own_draft_length() -> None:
     same_k = tally(Metrics(), k=4, accepted=[2, 1, 0, 4], emitted=[3, 2, 1, 5], active=[True] * 4,
                    elapsed_s=1.0)
     assert same_k.drafted == 16 and same_k.full_rounds == 1  # negative control: K for every row
+
+
+def test_alpha_at_splits_the_evidence_by_a_rows_own_draft_length() -> None:
+    """Rows that verified 1 draft and rows that verified 4 are counted apart: accepted and
+    accepted-plus-rejections at each length, with the prior added at that length alone."""
+    m = tally(Metrics(), k=4, accepted=[0, 4, 1, 0], emitted=[1, 5, 2, 1], active=[True, True, True, False],
+              elapsed_s=1.0, drafted=[1, 4, 4, 1])  # row 3 is done: not counted
+    m = tally(m, k=1, accepted=[1, 0, 0, 0], emitted=[2, 1, 1, 1], active=[True] * 4, elapsed_s=1.0)
+    assert m.accepted_at == (0, 1, 0, 0, 5) and m.trials_at == (0, 5, 0, 0, 6)
+    assert m.alpha_at(1, 0.0, 0.0) == 1 / 5 and m.alpha_at(4, 0.0, 0.0) == 5 / 6
+    assert m.alpha_at(2, 0.5, 8.0) == 0.5  # no evidence: the prior
+    assert m.alpha_at(4, 0.5, 4.0) == (5 + 2) / (6 + 4)
+    assert m.alpha_at(9, 0.0, 0.0) == 0.0  # no trials at all
+    # The pooled alpha mixes both lengths (negative control: it is neither).
+    assert m.alpha == 6 / 11 and m.alpha not in (m.alpha_at(1, 0, 0), m.alpha_at(4, 0, 0))
+    with pytest.raises(ValueError, match="drafts: expected an int >= 1"):
+        m.alpha_at(0, 0.5, 8.0)
+    assert json.loads(json.dumps(m.as_dict()))["trials_at"] == [0, 5, 0, 0, 6]

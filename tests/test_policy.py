@@ -138,6 +138,18 @@ def test_batch_width_rates_a_round_by_how_far_it_moves_the_calls_end() -> None:
     assert batch_width([3], [1], 1, 1.0, lambda b, w: 1.01) == 0
     assert batch_width([2, 3], [9, 9], 2, 1.0, lambda b, w: 1.0) == 3  # free width: the widest
     assert batch_width([0, 0], [9, 9], 2, 0.9, lambda b, w: 1.0) == 0
+    # Acceptance by wanted length: a row wanting 4 at alpha(4) = 0.9 is worth a 5-wide round
+    # that a pooled 0.3 would refuse, and a row wanting 1 at alpha(1) = 0.3 is not.
+    by_length = {1: 0.3, 4: 0.9}.__getitem__
+    assert batch_width([4], [50], 1, by_length, lambda b, w: 1.5) == 4
+    assert batch_width([4], [50], 1, 0.3, lambda b, w: 1.5) == 0
+    assert batch_width([1], [50], 1, by_length, lambda b, w: 1.5) == 0
+    # A row narrowed to w drafts keeps its own rate: [4, 1] at width 1 is rated with 0.9 and 0.3.
+    two = 1 + 0.9 * 0.3  # both rows must gain
+    assert batch_width([4, 1], [50, 50], 2, by_length, lambda b, w: {1: two - 0.01, 4: 99.0}[w]) == 1
+    assert batch_width([4, 1], [50, 50], 2, by_length, lambda b, w: {1: two + 0.01, 4: 99.0}[w]) == 0
+    with pytest.raises(ValueError, match=r"alpha: expected a rate in \[0, 1\], got 1.5 at 2 drafts"):
+        batch_width([2], [50], 1, lambda d: 1.5, lambda b, w: 1.0)
     # The batch it is asked about is the batch given.
     seen: list[int] = []
     batch_width([3], [9], 5, 0.5, lambda b, w: seen.append(b) or 1.0)

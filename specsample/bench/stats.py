@@ -136,5 +136,7 @@ def merge_metrics(records: Sequence[Mapping[str, Any]]) -> Metrics:
             raise ValueError(f"records: expected Metrics.as_dict() records, one lacks {missing}")
         total = dataclasses.replace(total, **{f: getattr(total, f) + d[f] for f in counts},
                                     histogram=_add(total.histogram, d["histogram"]),
-                                    k_counts=_add(total.k_counts, d["k_counts"]))
+                                    k_counts=_add(total.k_counts, d["k_counts"]),
+                                    accepted_at=_add(total.accepted_at, d.get("accepted_at", ())),
+                                    trials_at=_add(total.trials_at, d.get("trials_at", ())))
     return total
