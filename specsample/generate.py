@@ -118,9 +118,10 @@ def capacity_for(capacity: int | None, needed: int, extra: str = "K_max") -> int
 
 
 def _round_k(xp: object, drafter: Drafter, state: State, wanted: int,
-             metrics: Metrics) -> tuple[int, Array | None] | None:
-    """This round's K and the per-row draft lengths (None when every active row drafts K),
-    or None when every row is done. One host read: the active rows' lengths.
+             metrics: Metrics) -> tuple[int, Array | None, list[int]] | None:
+    """This round's K, the per-row draft lengths (None when every active row drafts K) and
+    each row's wanted length (-1 for a done row), or None when every row is done. One host
+    read: the rows' wanted lengths and tokens left.
 
     A drafter may draft fewer tokens for some rows (`Drafter.draft_lengths`, read from
     each row's committed tokens); the round drafts the longest active row's length, or,
@@ -141,8 +142,8 @@ def _round_k(xp: object, drafter: Drafter, state: State, wanted: int,
         left = [n for v, n in zip(read[:batch], read[batch:], strict=True) if v >= 0]
         k = batch_width(active, left, batch, lambda d: metrics.alpha_at(d, *WIDTH_PRIOR), cost)
     if k == 0 or all(v == k for v in active):
-        return k, None
-    return k, xp.minimum(lengths, k)  # type: ignore[attr-defined]
+        return k, None, read[:batch]
+    return k, xp.minimum(lengths, k), read[:batch]  # type: ignore[attr-defined]
 
 
 def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOptions) -> Iterator[Step]:
@@ -167,26 +168,28 @@ def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOption
     # Two host reads a round: the draft lengths (which also say whether any row is
     # active) and the round's per-row counts.
     while (chosen := _round_k(xp, drafter, state, policy.next_k(metrics), metrics)) is not None:
-        k, draft_lengths = chosen
+        k, draft_lengths, wanted = chosen
         began = time.perf_counter()
         u = round_uniforms(run.seed, index, batch, k, like=state.tokens)
         state, result = round_step(state, target, drafter, k=k, params=run.params, uniforms=u,
                                    eos=run.eos_token_id, check=run.check, verifier=verifier,
                                    draft_lengths=draft_lengths)
-        metrics = tally_round(metrics, result, k=k, began=began)
+        metrics = tally_round(metrics, result, k=k, began=began, wanted=wanted)
         yield Step(index=index, k=k, result=result, state=state, metrics=metrics)
         index += 1
 
 
-def tally_round(metrics: Metrics, result: RoundResult, *, k: int, began: float) -> Metrics:
-    """`metrics` plus one round's counts (one host read) and its time since `began`."""
+def tally_round(metrics: Metrics, result: RoundResult, *, k: int, began: float,
+                wanted: list[int] | None = None) -> Metrics:
+    """`metrics` plus one round's counts (one host read) and its time since `began`; with
+    `wanted`, each row's acceptance is filed under the draft length it wanted (see `tally`)."""
     xp = namespace(result.emitted)
     batch = int(result.emitted.shape[0])
     counts = host_ints(xp.concat([xp.astype(a, xp.int64) for a in (
         result.verdict.num_accepted, result.emitted, result.active, result.drafted)]))
     return tally(metrics, k=k, accepted=counts[:batch], emitted=counts[batch:2 * batch],
                  active=[bool(v) for v in counts[2 * batch:3 * batch]],
-                 elapsed_s=time.perf_counter() - began, drafted=counts[3 * batch:])
+                 elapsed_s=time.perf_counter() - began, drafted=counts[3 * batch:], wanted=wanted)
 
 
 def last_step(steps: Iterator[Step]) -> Step:

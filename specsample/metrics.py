@@ -61,10 +61,10 @@ class Metrics:
         full_rounds: row-rounds that accepted every draft (no rejection).
         k_counts: k_counts[k] = rounds run with K = k (K = 0: a plain step, no draft).
         elapsed_s: wall time of the rounds, in seconds.
-        accepted_at, trials_at: accepted_at[d] = drafts accepted by row-rounds that verified
-            d drafts of their own, trials_at[d] = those plus their rejections: `alpha`'s
-            evidence split by a row's draft length (a drafter's short and long proposals
-            are accepted at different rates).
+        accepted_at, trials_at: accepted_at[d] = drafts accepted by row-rounds that wanted
+            d drafts (verified d, or fewer where a round was narrowed), trials_at[d] = those
+            plus their rejections: `alpha`'s evidence split by a row's wanted draft length
+            (a drafter's short and long proposals are accepted at different rates).
     """
 
     rounds: int = 0
@@ -100,7 +100,7 @@ class Metrics:
         return (self.accepted + prior_alpha * prior_weight) / trials if trials else 0.0
 
     def alpha_at(self, drafts: int, prior_alpha: float, prior_weight: float) -> float:
-        """The acceptance of rows that verified `drafts` drafts of their own, with
+        """The acceptance of rows that wanted `drafts` drafts, with
         `prior_weight` pseudo-trials at rate `prior_alpha` added (0 if no trials)."""
         check_int("drafts", drafts, 1)
         accepted = self.accepted_at[drafts] if drafts < len(self.accepted_at) else 0
@@ -154,11 +154,13 @@ def _add_at(counts: tuple[int, ...], index: int, amount: int) -> tuple[int, ...]
 
 
 def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
-          active: list[bool], elapsed_s: float, drafted: list[int] | None = None) -> Metrics:
+          active: list[bool], elapsed_s: float, drafted: list[int] | None = None,
+          wanted: list[int] | None = None) -> Metrics:
     """Add one round (per-row accepted and emitted counts) to `metrics`.
 
     `drafted` gives the drafts each row verified when rows differ (default: k each); a row
-    that accepted all of its own drafts saw no rejection.
+    that accepted all of its own drafts saw no rejection. `wanted` gives the length each
+    row asked for, under which its acceptance is filed (`accepted_at`; default: `drafted`).
     """
     histogram, accepted_at, trials_at = metrics.histogram, metrics.accepted_at, metrics.trials_at
     rows = [i for i, a in enumerate(active) if a]
@@ -166,8 +168,9 @@ def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
     for i in rows if k >= 1 else []:
         histogram = _add_at(histogram, accepted[i], 1)
         if own[i] >= 1:
-            accepted_at = _add_at(accepted_at, own[i], accepted[i])
-            trials_at = _add_at(trials_at, own[i], accepted[i] + (accepted[i] < own[i]))
+            asked = own[i] if wanted is None else max(wanted[i], own[i])
+            accepted_at = _add_at(accepted_at, asked, accepted[i])
+            trials_at = _add_at(trials_at, asked, accepted[i] + (accepted[i] < own[i]))
     return dataclasses.replace(
         metrics,
         rounds=metrics.rounds + 1,

@@ -112,8 +112,9 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
     active row has left, a round of width w moves the end by G = R - max_b (r_b - e_b),
     r_b the row's tokens left and e_b = 1 + its accepted drafts (each of its min(L_b, w)
     drafts accepted in turn with probability alpha(L_b), independently across rows):
-    P(G >= g) = prod_b P(e_b >= r_b - R + g). Each candidate width (0, a plain step, or a
-    row's own length) is rated by E[G] over its cost in plain steps of the same batch,
+    P(G >= g) = prod_b P(e_b >= r_b - R + g). Each candidate width (0, a plain step, a
+    row's own length, or a power of two below the longest) is rated by E[G] over its cost
+    in plain steps of the same batch,
     `round_cost(batch, w)` (1 at w = 0); the best wins (the wider on a tie). For one row,
     E[G] is Thm 3.8's expected tokens per round, so at batch 1 this is Thm 3.8 with the
     verify's cost measured at each width.
@@ -166,4 +167,6 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
             raise ValueError(f"round_cost: expected a positive cost, got {cost!r} at width {width}")
         return gain / cost
 
-    return max(sorted({0, *lengths}), key=lambda w: (speed(w), w))
+    longest = max(lengths)
+    halves = {1 << i for i in range(longest.bit_length()) if 1 << i < longest}
+    return max(sorted({0, *lengths, *halves}), key=lambda w: (speed(w), w))

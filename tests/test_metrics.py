@@ -207,3 +207,15 @@ def test_alpha_at_splits_the_evidence_by_a_rows_own_draft_length() -> None:
     with pytest.raises(ValueError, match="drafts: expected an int >= 1"):
         m.alpha_at(0, 0.5, 8.0)
     assert json.loads(json.dumps(m.as_dict()))["trials_at"] == [0, 5, 0, 0, 6]
+
+
+def test_tally_files_acceptance_under_the_wanted_length() -> None:
+    """A row that wanted 8 drafts but verified 2 (a narrowed round) is evidence on its
+    8-draft proposals: accepting both of 2 is no rejection, filed at 8."""
+    m = tally(Metrics(), k=2, accepted=[2, 0], emitted=[3, 1], active=[True, True], elapsed_s=1.0,
+              drafted=[2, 1], wanted=[8, 1])
+    assert m.accepted_at == (0, 0, 0, 0, 0, 0, 0, 0, 2) and m.trials_at == (0, 1, 0, 0, 0, 0, 0, 0, 2)
+    assert m.alpha_at(8, 0.0, 0.0) == 1.0 and m.alpha_at(1, 0.0, 0.0) == 0.0
+    by_drafted = tally(Metrics(), k=2, accepted=[2, 0], emitted=[3, 1], active=[True, True],
+                       elapsed_s=1.0, drafted=[2, 1])  # without `wanted`: by what was verified
+    assert by_drafted.accepted_at == (0, 0, 2) and by_drafted.alpha_at(8, 0.5, 1.0) == 0.5
