@@ -143,9 +143,12 @@ def round_uniforms(seed: Seed, step: int, rows: int, k: int, *, like: Array | No
     see alone. A round with k = 0 (a plain step) is the final draw alone.
     """
     check = check_int("k", k, 0, 2**30)
-    paired = uniforms(seed, step, rows, 2 * check, like=None, row_ids=row_ids)  # [B, 2k]
     final = uniforms(seed, step, rows, 1, stream=Stream.FINAL, like=None, row_ids=row_ids)  # [B, 1]
-    out = np.concatenate([paired[:, 0::2], paired[:, 1::2], final], axis=1)
+    if check == 0:
+        out = final
+    else:
+        paired = uniforms(seed, step, rows, 2 * check, like=None, row_ids=row_ids)  # [B, 2k]
+        out = np.concatenate([paired[:, 0::2], paired[:, 1::2], final], axis=1)
     if like is None:
         return out
     xp = namespace(like)
