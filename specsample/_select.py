@@ -12,6 +12,11 @@ above v and M = A + the mass at v (exact sums, bounded error), the sort's `befor
 first v is within E of A and the one after the last v within E of M, E bounding the cumsum's
 rounding. A < top_p - E and M >= top_p + E prove the sort keeps v and nothing below it, so v
 is its threshold; a row that is not proven (top_p within E of A or M) is sorted.
+
+Before the histogram, NumPy and torch CPU rows try a cheaper candidate set: every entry
+above a level that a strided sample puts at an estimated (1 - top_p) / 2 of mass below it.
+Sorted, the candidates are the head of the full sort, so the same proof applies to the v
+found among them (`_candidate_threshold`); rows it does not prove go on to the histogram.
 """
 
 from __future__ import annotations
@@ -162,9 +167,10 @@ def _candidate_threshold(rows: np.ndarray, top_p: float,
 
     The candidates C are all the entries >= the level, so sorted they are the first |C| of
     the row's full sort, and v (the last kept by the sort's rule applied to them) has every
-    entry >= v among them: A and M below are exact sums. The row's mass is at most C's mass
-    plus the level times the entries left out. The proof is `_bucket_threshold`'s. A row
-    whose guess leaves too little mass in C (or too many entries) is not proven.
+    entry >= v among them: A and M below are sums over C, in float64. The row's mass is at
+    most C's mass plus the level times the entries left out. The proof is
+    `_bucket_threshold`'s. A row whose guess leaves too little mass in C (or too many
+    entries: more than V / 4, where the histogram is cheaper) is not proven.
     """
     count, vocab = rows.shape
     p = float(np.asarray(top_p, dtype=rows.dtype))
@@ -174,10 +180,12 @@ def _candidate_threshold(rows: np.ndarray, top_p: float,
     # large ones (which the sample mostly misses) would not be; the row sums to about 1.
     below = np.cumsum(sample, axis=-1, dtype=np.float64) * _STRIDE
     reach = np.count_nonzero(below <= (1 - p) / 2, axis=-1)  # [R]: sample values below the level
-    level = sample[np.arange(count), np.maximum(reach - reach // 4 - 1, 0)]  # [R], with slack
+    # At least the smallest positive value: rows mostly of zeros (top-k's) keep their positives.
+    level = np.maximum(sample[np.arange(count), np.maximum(reach - 1, 0)],
+                       np.finfo(rows.dtype).smallest_subnormal)  # [R]
     chosen = rows >= level[:, None]
     sizes = np.count_nonzero(chosen, axis=-1)
-    usable = (level > 0) & (sizes <= vocab // 4)
+    usable = (sizes >= 1) & (sizes <= vocab // 4)
     threshold = np.zeros(count, dtype=rows.dtype)
     proven = np.zeros(count, dtype=bool)
     if not usable.any():

@@ -279,3 +279,42 @@ def test_warp_under_autograd_gives_gradients() -> None:
         (probs * torch.arange(4096.0, dtype=torch.float64)).sum().backward()
         assert logits.grad is not None and bool(torch.isfinite(logits.grad).all())
         logits.grad = None
+
+
+def _normal_probs(seed: int, rows: int, spread: float) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(rows, 49152)) * spread
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("top_p", [0.5, 0.9, 0.95])
+def test_the_candidate_threshold_proves_most_torch_rows_and_each_is_the_sorts(top_p: float) -> None:
+    # torch CPU accumulates in float64: rows keeping a few percent of the vocabulary are
+    # proven from the candidates above the sampled level, without a histogram or a sort.
+    probs = torch.from_numpy(_normal_probs(int(100 * top_p), 64, 3.0))
+    candidate, proven = _select._candidate_threshold(probs.numpy(), top_p, _select._roundoff(probs))
+    truth = np.asarray(_select.sorted_threshold(probs, top_p))[:, 0]
+    assert proven.mean() > 0.9 and np.array_equal(candidate[proven], truth[proven])
+    assert _same(_select.top_p_threshold(probs, top_p), _select.sorted_threshold(probs, top_p))
+
+
+def test_the_candidate_proof_bites_without_its_rounding_margin() -> None:
+    # Negative control: NumPy float32 accumulates the sort's cumsum in float32. Without the
+    # margin for that rounding, some "proven" candidates are not the sort's threshold; with
+    # it, no float32 row is proven (they take the histogram or the sort) and none is wrong.
+    probs = _normal_probs(5, 256, 3.0)
+    truth = _select.sorted_threshold(probs, 0.9)[:, 0]
+    bare, bare_proven = _select._candidate_threshold(probs, 0.9, (0.0, 0.0))
+    assert np.any(bare_proven & (bare != truth))
+    candidate, proven = _select._candidate_threshold(probs, 0.9, _select._roundoff(probs))
+    assert not np.any(proven & (candidate != truth))
+    assert np.array_equal(_select.top_p_threshold(probs, 0.9), _select.sorted_threshold(probs, 0.9))
+
+
+def test_top_k_zeros_leave_the_candidates_to_the_positive_entries() -> None:
+    probs = torch.from_numpy(_normal_probs(7, 8, 3.0))
+    probs[probs < probs.topk(300, dim=-1).values[:, -1:]] = 0.0  # 300 positives per row
+    probs /= probs.sum(-1, keepdim=True)  # as top-k leaves them for top-p
+    candidate, proven = _select._candidate_threshold(probs.numpy(), 0.9, _select._roundoff(probs))
+    truth = np.asarray(_select.sorted_threshold(probs, 0.9))[:, 0]
+    assert proven.all() and np.array_equal(candidate, truth)
