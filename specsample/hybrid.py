@@ -71,7 +71,7 @@ class HybridDrafter:
         prior_weight: >= 0, how many trials the prior is worth.
         width_cost: None, or (batch, width) -> the cost of a target forward of `width`
             positions per row over one position, at that batch size (measured by the
-            backend). Given, the drafter rates each round of a batch of several rows by its
+            backend). Given, the drafter rates each round (of one row or a batch) by its
             cost (`round_cost`), and the core loop narrows the round, down to a plain step,
             where Thm 3.8's acceptance model predicts the narrower one to end the call
             sooner (`specsample.policy.batch_width`).
