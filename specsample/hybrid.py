@@ -119,8 +119,9 @@ class HybridDrafter:
                 f"Thm 3.8 predicts it faster than plain steps (c = {self.cost_ratio:.2f}: at the "
                 f"prior alpha {self.prior[0]:.2f} and K = {k} it predicts {speedup:.2f}x, so rows "
                 f"start with {start}, then follow their own acceptance)" + (
-                    "; in a batch of several rows, each round as wide as Thm 3.8 predicts fastest "
-                    "with the verify's cost at that width measured on this machine"
+                    "; each round as wide as Thm 3.8 predicts fastest (a plain step where no "
+                    "width pays), from the verify's cost at each width measured on this machine "
+                    "and the acceptance so far of proposals of each length"
                     if self.width_cost is not None else ""))
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> HybridState:
