@@ -23,12 +23,13 @@ class PromptLookupDrafter:
 
     `draft_lengths` shortens a row's round when its context does not end in an n-gram of at
     least `confident` tokens seen before: one draft after a shorter match (rarely accepted,
-    but a 2-token verify costs about as much as a plain step), and no draft (one token from
-    p) without any match, since repeating the last token is no guess; a round where no row
-    drafts is a plain step.
-    A wide verify is not free on a CPU (7 positions cost about 1.4 one-token forwards for a
-    135M model), so only a confident match earns all K drafts. The choice reads the row's
-    committed tokens only, so it does not change the output law.
+    and a 2-token verify is not free: `auto` runs such rounds only where their own record of
+    acceptance pays for it), and no draft (one token from p) without any match, since
+    repeating the last token is no guess; a round where no row drafts is a plain step.
+    A wide verify is not free on a CPU either (for a 135M model on 2 cores, 2 positions
+    cost about 1.4 one-token forwards and 9 about 1.8), so only a confident match earns all
+    K drafts. The choice reads the row's committed tokens only, so it does not change the
+    output law.
 
     Args:
         ngram_max: the longest suffix tried, >= ngram_min.
