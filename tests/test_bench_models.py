@@ -95,6 +95,20 @@ def test_cost_ratio_is_measured_on_the_models(runner: specsample.Runner) -> None
         bench.measure_cost_ratio(runner.target, runner.drafter, ids, runner.config.params(), repeats=0)
 
 
+def test_cost_ratio_times_the_draft_and_target_steps_in_turn(runner: specsample.Runner,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow spell of a shared machine must fall on both steps alike: after the warm-up the
+    timed draft steps and target forwards alternate."""
+    ids, _ = runner.encode(["Once upon a time"])
+    calls: list[str] = []
+    forward, propose = runner.target.forward, runner.drafter.propose
+    monkeypatch.setattr(runner.target, "forward", lambda *a, **k: calls.append("t") or forward(*a, **k))
+    monkeypatch.setattr(runner.drafter, "propose", lambda *a, **k: calls.append("d") or propose(*a, **k))
+    bench.measure_cost_ratio(runner.target, runner.drafter, ids, runner.config.params(), repeats=3)
+    timed = "".join(calls).split("t", 1)[1]  # after the prefill
+    assert timed.endswith("dtdtdt"), "".join(calls)
+
+
 def test_width_cost_is_measured_once_per_batch_and_width(runner: specsample.Runner) -> None:
     from specsample.bench.cost import WidthCost
 

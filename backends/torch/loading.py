@@ -220,12 +220,12 @@ def _width_cost(target: HFModel) -> Callable[[int, int], float]:
 
 
 def _cost_ratio(target: HFModel, drafter: ModelDrafter) -> float:
-    """c of `drafter` against `target` on this machine (median of 5 timed steps each)."""
+    """c of `drafter` against `target` on this machine (medians of 9 timed steps each, in turn)."""
     from specsample.bench.cost import measure_cost_ratio
 
     prompt = (torch.arange(1, 33, device=target.device) % target.vocab_size)[None, :]
     with torch.no_grad():
-        return measure_cost_ratio(target, drafter, prompt, SamplingParams(), repeats=5)
+        return measure_cost_ratio(target, drafter, prompt, SamplingParams(), repeats=9)
 
 
 def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter:

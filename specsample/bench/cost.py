@@ -39,10 +39,6 @@ def _sync(value: Any) -> None:
     float(value.reshape(-1)[0])  # a host read: waits for an asynchronous device
 
 
-def _timed(step: Callable[[], None], repeats: int) -> float:
-    return statistics.median(timings(step, repeats))
-
-
 def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: SamplingParams, *,
                        repeats: int = 5) -> float:
     """c: the median time of one draft step over that of one target forward, at batch 1.
@@ -50,8 +46,8 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
     A draft step is `drafter.propose` with K = 1 (a draft forward, warp and sample), or
     a tree drafter's whole tree;
     the target step is a one-token forward after the prompt. Both write at the
-    same cache position each time (rollback is free), after one warm-up. In a
-    distributed run, every rank returns rank 0's measurement.
+    same cache position each time (rollback is free), after one warm-up, and are timed
+    in turn. In a distributed run, every rank returns rank 0's measurement.
 
     Args:
         prompt: int64 [1, T] ids, T >= 2, of the backend's array library.
@@ -98,7 +94,15 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
 
     # Ranks time differently; a value that steers the run (K, the auto drafter's choice)
     # must be one value on every rank of a distributed run.
-    return agree(_timed(draft_step, repeats) / _timed(target_step, repeats))
+    # In turn, so that a slow spell of a shared machine falls on both steps alike: timed one
+    # after the other, a slow spell over the target's steps alone halves c.
+    draft_step()
+    target_step()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        times[0].extend(timings(draft_step, 1, warm_up=False))
+        times[1].extend(timings(target_step, 1, warm_up=False))
+    return agree(statistics.median(times[0]) / statistics.median(times[1]))
 
 
 class WidthCost:
