@@ -112,7 +112,7 @@ class ReferenceBackend(CoreBackend):
 
 
 def _cost_ratio(target: Model, drafter: ModelDrafter) -> float:
-    """c of `drafter` against `target` on this machine (median of 5 timed steps each)."""
+    """c of `drafter` against `target` on this machine (medians of 5 timed steps each, in turn)."""
     from specsample.bench.cost import measure_cost_ratio
     from specsample.params import SamplingParams
 
