@@ -39,6 +39,20 @@ def _sync(value: Any) -> None:
     float(value.reshape(-1)[0])  # a host read: waits for an asynchronous device
 
 
+def _ratio_in_turn(first: Callable[[], None], second: Callable[[], None], repeats: int) -> float:
+    """The median time of `first` over that of `second`, after one warm-up call of each,
+    timed in turn (`repeats` of each), so that a slow spell of a shared machine falls on
+    both alike: timed one after the other, a slow spell over one side alone skews the ratio
+    (it once halved c)."""
+    first()
+    second()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        times[0].extend(timings(first, 1, warm_up=False))
+        times[1].extend(timings(second, 1, warm_up=False))
+    return statistics.median(times[0]) / statistics.median(times[1])
+
+
 def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: SamplingParams, *,
                        repeats: int = 5) -> float:
     """c: the median time of one draft step over that of one target forward, at batch 1.
@@ -94,15 +108,7 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
 
     # Ranks time differently; a value that steers the run (K, the auto drafter's choice)
     # must be one value on every rank of a distributed run.
-    # In turn, so that a slow spell of a shared machine falls on both steps alike: timed one
-    # after the other, a slow spell over the target's steps alone halves c.
-    draft_step()
-    target_step()
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeats):
-        times[0].extend(timings(draft_step, 1, warm_up=False))
-        times[1].extend(timings(target_step, 1, warm_up=False))
-    return agree(statistics.median(times[0]) / statistics.median(times[1]))
+    return agree(_ratio_in_turn(draft_step, target_step, repeats))
 
 
 class WidthCost:
@@ -157,12 +163,4 @@ class WidthCost:
                 cache = rollback(cache, lengths)
             return run
 
-        # In turn, so that a slow spell of a shared machine falls on both widths alike.
-        wide, one = step(span), step(span[:, :1])
-        wide()
-        one()
-        times: tuple[list[float], list[float]] = ([], [])
-        for _ in range(self.repeats):
-            times[0].extend(timings(wide, 1, warm_up=False))
-            times[1].extend(timings(one, 1, warm_up=False))
-        return statistics.median(times[0]) / statistics.median(times[1])
+        return _ratio_in_turn(step(span), step(span[:, :1]), self.repeats)
