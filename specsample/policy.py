@@ -136,24 +136,17 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
                                              for n in remaining):
         raise ValueError(f"remaining: expected {len(lengths)} ints >= 1 (one per row of lengths), got "
                          f"{list(remaining)!r}")
-    rate = alpha if callable(alpha) else lambda drafts: alpha
-    rates: dict[int, float] = {}
-
-    def rate_at(drafts: int) -> float:
-        if drafts not in rates:
-            rates[drafts] = float(rate(drafts))
-            if not 0 <= rates[drafts] <= 1:
-                raise ValueError(f"alpha: expected a rate in [0, 1], got {rates[drafts]!r}"
-                                 + (f" at {drafts} drafts" if callable(alpha) else ""))
-        return rates[drafts]
-
-    if not callable(alpha):
-        rate_at(1)
+    if not callable(alpha) and not 0 <= alpha <= 1:
+        raise ValueError(f"alpha: expected a rate in [0, 1], got {alpha!r}")
+    rates = {n: float(alpha(n)) if callable(alpha) else alpha for n in sorted(set(lengths)) if n >= 1}
+    for n, rate in rates.items():
+        if not 0 <= rate <= 1:
+            raise ValueError(f"alpha: expected a rate in [0, 1], got {rate!r} at {n} drafts")
     most = max(remaining)
 
     def at_least(emitted: int, wanted: int, drafts: int) -> float:
         """P(e >= emitted) for a row wanting `wanted` drafts and verifying `drafts` of them."""
-        return 1.0 if emitted <= 1 else rate_at(wanted) ** (emitted - 1) if emitted <= drafts + 1 else 0.0
+        return 1.0 if emitted <= 1 else rates[wanted] ** (emitted - 1) if emitted <= drafts + 1 else 0.0
 
     def speed(width: int) -> float:
         gain = 0.0
