@@ -114,12 +114,10 @@ def top_p_threshold(probs: Array, top_p: float) -> Array:
     host = _host(rows)
     if host is not None:
         found, proven = _candidate_threshold(host, top_p, _roundoff(rows))
-        threshold = xp.asarray(found) if array_api_compat.is_numpy_array(rows) else _torch_of(found)
+        threshold = xp.asarray(found)  # torch on CPU shares the NumPy memory
         if not bool(np.all(proven)):
-            redo = np.flatnonzero(~proven)
-            threshold[redo] = _bucket_or_sort(xp, xp.take(rows, xp.asarray(redo), axis=0)
-                                              if array_api_compat.is_numpy_array(rows) else
-                                              rows[_torch_of(redo)], top_p)
+            redo = xp.asarray(np.flatnonzero(~proven))
+            threshold[redo] = _bucket_or_sort(xp, xp.take(rows, redo, axis=0), top_p)
     else:
         threshold = _bucket_or_sort(xp, rows, top_p)
     return xp.reshape(threshold, (*shape[:-1], 1))
@@ -144,12 +142,6 @@ def _host(rows: Array) -> np.ndarray | None:
         if not torch.compiler.is_compiling():
             return rows.detach().contiguous().numpy()
     return None
-
-
-def _torch_of(x: np.ndarray) -> Any:
-    import torch
-
-    return torch.from_numpy(np.ascontiguousarray(x))
 
 
 def _error(total: Array, vocab: int, roundoff: tuple[float, float]) -> Array:
