@@ -133,17 +133,18 @@ def _round_k(xp: object, drafter: Drafter, state: State, wanted: int,
     batch = int(state.lengths.shape[0])
     read = host_ints(xp.concat([xp.where(state.done, -1, lengths),  # type: ignore[attr-defined]
                                 state.stop_lengths - state.lengths]))
-    active = [v for v in read[:batch] if v >= 0]
+    wanted_by_row, left_by_row = read[:batch], read[batch:]
+    active = [v for v in wanted_by_row if v >= 0]
     if not active:
         return None
     k = max(active)
     cost = getattr(drafter, "round_cost", None)
     if cost is not None and k > 0:
-        left = [n for v, n in zip(read[:batch], read[batch:], strict=True) if v >= 0]
+        left = [n for v, n in zip(wanted_by_row, left_by_row, strict=True) if v >= 0]
         k = batch_width(active, left, batch, lambda d: metrics.alpha_at(d, *WIDTH_PRIOR), cost)
     if k == 0 or all(v == k for v in active):
-        return k, None, read[:batch]
-    return k, xp.minimum(lengths, k), read[:batch]  # type: ignore[attr-defined]
+        return k, None, wanted_by_row
+    return k, xp.minimum(lengths, k), wanted_by_row  # type: ignore[attr-defined]
 
 
 def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOptions) -> Iterator[Step]:
