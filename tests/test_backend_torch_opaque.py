@@ -78,3 +78,16 @@ def test_packed_one_row_matches_the_plain_weight() -> None:
     x = torch.randn(1, 1, 64)
     torch.testing.assert_close(packed(x), plain(x), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(packed(x), F.linear(x, plain.weight, plain.bias), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (CPU float32 packing)")
+def test_decoder_linears_read_the_plain_weight_below_four_rows() -> None:
+    """A decoder linear reads its plain weight for B*T <= 3 rows (decode, a verify of one or
+    two drafts) and its packed copy from 4 rows on, in batch and in width alike."""
+    dense = _dense(300, 64, seed=5)
+    assert dense.packed is not None
+    for batch, width in ((1, 1), (1, 2), (1, 3), (3, 1), (1, 4), (2, 2), (1, 9), (8, 1)):
+        x = torch.randn(batch, width, 64)
+        packed = torch.ops.mkldnn._linear_pointwise(x, dense.packed, dense.bias, "none", [], "")
+        expected = F.linear(x, dense.weight, dense.bias) if batch * width <= 3 else packed
+        assert torch.equal(dense(x), expected), (batch, width)

@@ -65,15 +65,20 @@ def _packable(weight: Tensor) -> bool:
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
+# The fewest rows (B*T) for which a decoder linear reads the packed weight (see DenseLinear).
+_PACKED_ROWS = 4
+
+
 class DenseLinear:
     """y = x W^T + b, reading W in place; on CPU float32 also a oneDNN-packed copy.
 
-    MKL's float32 GEMM is slow for a few rows (M = B*T in 2..16, the verify
-    forward) while oneDNN on a packed weight is not. A single row (M = 1,
-    decode) is a GEMV: the plain weight is as fast or faster for SmolLM2's
-    decoder linears, while for its output head (49152 x 576) the packed one
-    reads memory about twice as fast (measured on 2 AMD EPYC cores), so the
-    head is built with `one_row=True`.
+    MKL's float32 GEMM is slow for M = B*T >= 4 rows (the verify forward of K >= 3
+    drafts, a batch) while oneDNN on a packed weight is not. For M <= 3 (decode, and a
+    verify of one or two drafts) MKL streams the plain weight as a GEMV-like kernel: with
+    the decoder's weights cold in cache, as in a full forward, it reads them about 1.3x
+    faster than oneDNN's packed copy (measured on 2 AMD EPYC cores), so those rows use the
+    plain weight. For the output head (49152 x 576) the packed copy is as fast or faster at
+    every M, so the head is built with `one_row=True`.
 
     Args:
         weight, bias: [N, D] and [N] (or None), read in place.
@@ -87,7 +92,7 @@ class DenseLinear:
         self.out_features = int(weight.shape[0])
         self.packed = (torch.ops.mkldnn._reorder_linear_weight(weight, None)
                        if pack and _packable(weight) else None)
-        self._rows = 1 if one_row else 2  # fewest rows that use `packed`
+        self._rows = 1 if one_row else _PACKED_ROWS  # fewest rows that use `packed`
 
     @classmethod
     def of(cls, module: nn.Linear, *, pack: bool = True, one_row: bool = False) -> DenseLinear:
