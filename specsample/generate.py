@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterator
 
@@ -117,34 +118,46 @@ def capacity_for(capacity: int | None, needed: int, extra: str = "K_max") -> int
     return capacity
 
 
-def _round_k(xp: object, drafter: Drafter, state: State, wanted: int,
-             metrics: Metrics) -> tuple[int, Array | None, list[int]] | None:
-    """This round's K, the per-row draft lengths (None when every active row drafts K) and
-    each row's wanted length (-1 for a done row), or None when every row is done. One host
-    read: the rows' wanted lengths and tokens left.
+def _round_k(xp: object, drafter: Drafter, state: State, wanted: int, metrics: Metrics
+             ) -> tuple[int, Array | None, list[int], list[bool] | None] | None:
+    """This round's K, the per-row draft lengths (None when every active row drafts K), each
+    row's wanted length (-1 for a done row) and, for a drafter that says so, which rows
+    propose a copy (else None); or None when every row is done. One host read: the rows'
+    wanted lengths, tokens left and copy flags.
 
     A drafter may draft fewer tokens for some rows (`Drafter.draft_lengths`, read from
-    each row's committed tokens); the round drafts the longest active row's length, or,
-    for a drafter that rates rounds by their cost (`round_cost`, the `auto` drafter), the
-    width `batch_width` predicts to end the call soonest from the rows' tokens left and the
-    acceptance so far at each draft length (`Metrics.alpha_at`, prior `WIDTH_PRIOR`).
+    each row's committed tokens, or `draft_plan`, which also says which rows copy); the
+    round drafts the longest active row's length, or, for a drafter that rates rounds by
+    their cost (`round_cost`, the `auto` drafter), the width `batch_width` predicts to end
+    the call soonest from the rows' tokens left and the acceptance so far of proposals of
+    each length and kind (`Metrics.alpha_at`, prior `WIDTH_PRIOR`).
     """
-    lengths = drafter.draft_lengths(state.tokens, state.lengths, wanted)  # [B]
+    plan = getattr(drafter, "draft_plan", None)
+    if plan is not None:
+        lengths, copies = plan(state.draft_state, state.tokens, state.lengths, wanted)  # [B], [B]
+        flags = [xp.astype(copies, xp.int64)]  # type: ignore[attr-defined]
+    else:
+        lengths, flags = drafter.draft_lengths(state.tokens, state.lengths, wanted), []
     batch = int(state.lengths.shape[0])
     read = host_ints(xp.concat([xp.where(state.done, -1, lengths),  # type: ignore[attr-defined]
-                                state.stop_lengths - state.lengths]))
-    wanted_by_row, left_by_row = read[:batch], read[batch:]
-    active = [v for v in wanted_by_row if v >= 0]
-    if not active:
+                                state.stop_lengths - state.lengths, *flags]))
+    wanted_by_row, left_by_row = read[:batch], read[batch:2 * batch]
+    copied = [bool(v) for v in read[2 * batch:]] if flags else None
+    rows = [b for b, v in enumerate(wanted_by_row) if v >= 0]
+    if not rows:
         return None
+    active = [wanted_by_row[b] for b in rows]
     k = max(active)
     cost = getattr(drafter, "round_cost", None)
     if cost is not None and k > 0:
-        left = [n for v, n in zip(wanted_by_row, left_by_row, strict=True) if v >= 0]
-        k = batch_width(active, left, batch, lambda d: metrics.alpha_at(d, *WIDTH_PRIOR), cost)
+        rates = [metrics.alpha_at(wanted_by_row[b], *WIDTH_PRIOR, copied=bool(copied and copied[b]))
+                 if wanted_by_row[b] >= 1 else 0.0 for b in rows]
+        if copied is not None and all(copied[b] for b in rows if wanted_by_row[b] >= 1):
+            cost = functools.partial(cost, modelled=False)  # every drafting row copies
+        k = batch_width(active, [left_by_row[b] for b in rows], batch, rates, cost)
     if k == 0 or all(v == k for v in active):
-        return k, None, wanted_by_row
-    return k, xp.minimum(lengths, k), wanted_by_row  # type: ignore[attr-defined]
+        return k, None, wanted_by_row, copied
+    return k, xp.minimum(lengths, k), wanted_by_row, copied  # type: ignore[attr-defined]
 
 
 def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOptions) -> Iterator[Step]:
@@ -169,28 +182,30 @@ def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOption
     # Two host reads a round: the draft lengths (which also say whether any row is
     # active) and the round's per-row counts.
     while (chosen := _round_k(xp, drafter, state, policy.next_k(metrics), metrics)) is not None:
-        k, draft_lengths, wanted = chosen
+        k, draft_lengths, wanted, copied = chosen
         began = time.perf_counter()
         u = round_uniforms(run.seed, index, batch, k, like=state.tokens)
         state, result = round_step(state, target, drafter, k=k, params=run.params, uniforms=u,
                                    eos=run.eos_token_id, check=run.check, verifier=verifier,
                                    draft_lengths=draft_lengths)
-        metrics = tally_round(metrics, result, k=k, began=began, wanted=wanted)
+        metrics = tally_round(metrics, result, k=k, began=began, wanted=wanted, copied=copied)
         yield Step(index=index, k=k, result=result, state=state, metrics=metrics)
         index += 1
 
 
 def tally_round(metrics: Metrics, result: RoundResult, *, k: int, began: float,
-                wanted: list[int] | None = None) -> Metrics:
+                wanted: list[int] | None = None, copied: list[bool] | None = None) -> Metrics:
     """`metrics` plus one round's counts (one host read) and its time since `began`; with
-    `wanted`, each row's acceptance is filed under the draft length it wanted (see `tally`)."""
+    `wanted` (and `copied`), each row's acceptance is filed under the draft length it wanted
+    (and its kind; see `tally`)."""
     xp = namespace(result.emitted)
     batch = int(result.emitted.shape[0])
     counts = host_ints(xp.concat([xp.astype(a, xp.int64) for a in (
         result.verdict.num_accepted, result.emitted, result.active, result.drafted)]))
     return tally(metrics, k=k, accepted=counts[:batch], emitted=counts[batch:2 * batch],
                  active=[bool(v) for v in counts[2 * batch:3 * batch]],
-                 elapsed_s=time.perf_counter() - began, drafted=counts[3 * batch:], wanted=wanted)
+                 elapsed_s=time.perf_counter() - began, drafted=counts[3 * batch:], wanted=wanted,
+                 copied=copied)
 
 
 def last_step(steps: Iterator[Step]) -> Step:

@@ -102,11 +102,13 @@ class HybridDrafter:
         self.width_cost = width_cost
         self.round_cost = None if width_cost is None else self._round_cost
 
-    def _round_cost(self, batch: int, drafts: int) -> float:
-        """A round of `drafts` per row at `batch` rows, in plain steps: the wider verify, plus
-        the model's drafts where it may run (each c of a target forward)."""
+    def _round_cost(self, batch: int, drafts: int, *, modelled: bool = True) -> float:
+        """A round of `drafts` per row at `batch` rows, in plain steps: the wider verify, plus,
+        when some row drafts from the model (`modelled`), the model's drafts (each c of a
+        target forward)."""
         assert self.width_cost is not None
-        model = 0.0 if self.cost_ratio is None or self._never(drafts) else drafts * self.cost_ratio
+        model = (0.0 if self.cost_ratio is None or not modelled or self._never(drafts)
+                 else drafts * self.cost_ratio)
         return float(self.width_cost(batch, drafts + 1)) + model
 
     def describe(self, k: int) -> str:
@@ -143,9 +145,20 @@ class HybridDrafter:
         alpha, weight = self.prior
         rate = (xp.astype(state.accepted, xp.float64) + alpha * weight) / (
             xp.astype(state.trials, xp.float64) + weight)
+        if self.width_cost is not None:
+            return rate > self._break_even()
         rate = xp.clip(rate, min=0.0, max=1.0 - 1e-12)
         tokens = (1 - rate ** (k + 1)) / (1 - rate)
         return tokens > k * self.cost_ratio + 1
+
+    def _break_even(self) -> float:
+        """With the verify's cost measured per width, the acceptance above which one model
+        draft a round beats a plain step at batch 1: 1 + a > c + cost(2 positions). Rounds
+        are then narrowed to the width that pays (`round_cost`), so a row is worth drafting
+        for as soon as the narrowest round pays: a row whose one draft does not pay has
+        fewer tokens to gain per draft at any wider width than that draft costs."""
+        assert self.width_cost is not None and self.cost_ratio is not None
+        return self.cost_ratio + float(self.width_cost(1, 2)) - 1
 
     def draft_lengths(self, tokens: Array, lengths: Array, k: int) -> Array:
         """k for every row (copied where it matches, from the model elsewhere); when the model
@@ -156,8 +169,25 @@ class HybridDrafter:
         return self.model.draft_lengths(tokens, lengths, k)
 
     def _never(self, k: int) -> bool:
-        return self.cost_ratio is not None and k > 0 and predicted_speedup(
-            self.prior[0], k, self.cost_ratio) <= 1
+        if self.cost_ratio is None or k == 0:
+            return False
+        if self.width_cost is not None:
+            return self.prior[0] <= self._break_even()
+        return predicted_speedup(self.prior[0], k, self.cost_ratio) <= 1
+
+    def draft_plan(self, state: HybridState, tokens: Array, lengths: Array, k: int
+                   ) -> tuple[Array, Array]:
+        """What `propose` at `k` will draft per row, before the round: each row's length
+        (int64 [B]: k where it copies or uses the model, prompt lookup's own length
+        elsewhere) and whether the row's proposal is a copy (bool [B]), so that the round's
+        width can be rated with each kind's own acceptance (`Metrics.alpha_at`). It reads
+        the same inputs as `propose` and decides alike."""
+        xp = namespace(tokens)
+        matched = self.lookup.draft_lengths(tokens, lengths, k)  # k, 1 or 0
+        if self._never(k):
+            return matched, matched > 0
+        use = (matched != k) & self._worth(xp, state, k)
+        return xp.where(use, self.model.draft_lengths(tokens, lengths, k), matched), ~use & (matched > 0)
 
     def skip(self, state: HybridState) -> HybridState:
         """After a plain step: the model saw nothing new (`advance` keeps what its cache holds)."""

@@ -64,7 +64,10 @@ class Metrics:
         accepted_at, trials_at: accepted_at[d] = drafts accepted by row-rounds that wanted
             d drafts (verified d, or fewer where a round was narrowed), trials_at[d] = those
             plus their rejections: `alpha`'s evidence split by a row's wanted draft length
-            (a drafter's short and long proposals are accepted at different rates).
+            (a drafter's short and long proposals are accepted at different rates). Rows
+            whose proposal was a copy of earlier context (a hybrid drafter's prompt lookup
+            rows) are counted apart, in copied_accepted_at and copied_trials_at: a copy and a
+            model draft of the same length are accepted at very different rates.
     """
 
     rounds: int = 0
@@ -78,6 +81,8 @@ class Metrics:
     elapsed_s: float = 0.0
     accepted_at: tuple[int, ...] = ()
     trials_at: tuple[int, ...] = ()
+    copied_accepted_at: tuple[int, ...] = ()
+    copied_trials_at: tuple[int, ...] = ()
 
     @property
     def acceptance_rate(self) -> float:
@@ -99,12 +104,16 @@ class Metrics:
         trials = self.accepted + rejections + prior_weight
         return (self.accepted + prior_alpha * prior_weight) / trials if trials else 0.0
 
-    def alpha_at(self, drafts: int, prior_alpha: float, prior_weight: float) -> float:
-        """The acceptance of rows that wanted `drafts` drafts, with
-        `prior_weight` pseudo-trials at rate `prior_alpha` added (0 if no trials)."""
+    def alpha_at(self, drafts: int, prior_alpha: float, prior_weight: float, *,
+                 copied: bool = False) -> float:
+        """The acceptance of rows that wanted `drafts` drafts (with `copied`, of those whose
+        proposal was a copy), with `prior_weight` pseudo-trials at rate `prior_alpha` added
+        (0 if no trials)."""
         check_int("drafts", drafts, 1)
-        accepted = self.accepted_at[drafts] if drafts < len(self.accepted_at) else 0
-        trials = (self.trials_at[drafts] if drafts < len(self.trials_at) else 0) + prior_weight
+        accepted_at, trials_at = ((self.copied_accepted_at, self.copied_trials_at) if copied
+                                  else (self.accepted_at, self.trials_at))
+        accepted = accepted_at[drafts] if drafts < len(accepted_at) else 0
+        trials = (trials_at[drafts] if drafts < len(trials_at) else 0) + prior_weight
         return (accepted + prior_alpha * prior_weight) / trials if trials else 0.0
 
     @property
@@ -142,7 +151,8 @@ class Metrics:
         """A JSON-ready summary."""
         return {**dataclasses.asdict(self), "histogram": list(self.histogram),
                 "k_counts": list(self.k_counts), "accepted_at": list(self.accepted_at),
-                "trials_at": list(self.trials_at), "acceptance_rate": self.acceptance_rate,
+                "trials_at": list(self.trials_at), "copied_accepted_at": list(self.copied_accepted_at),
+                "copied_trials_at": list(self.copied_trials_at), "acceptance_rate": self.acceptance_rate,
                 "alpha": self.alpha, "mean_tokens_per_round": self.mean_tokens_per_round,
                 "tokens_per_s": self.tokens_per_s, "mean_k": self.mean_k}
 
@@ -155,22 +165,29 @@ def _add_at(counts: tuple[int, ...], index: int, amount: int) -> tuple[int, ...]
 
 def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
           active: list[bool], elapsed_s: float, drafted: list[int] | None = None,
-          wanted: list[int] | None = None) -> Metrics:
+          wanted: list[int] | None = None, copied: list[bool] | None = None) -> Metrics:
     """Add one round (per-row accepted and emitted counts) to `metrics`.
 
     `drafted` gives the drafts each row verified when rows differ (default: k each); a row
     that accepted all of its own drafts saw no rejection. `wanted` gives the length each
-    row asked for, under which its acceptance is filed (`accepted_at`; default: `drafted`).
+    row asked for, under which its acceptance is filed (`accepted_at`; default: `drafted`);
+    `copied` says which rows proposed a copy (filed in `copied_accepted_at`; default: none).
     """
-    histogram, accepted_at, trials_at = metrics.histogram, metrics.accepted_at, metrics.trials_at
+    if copied is not None and len(copied) != len(active):
+        raise ValueError(f"copied: expected {len(active)} flags (one per row), got {len(copied)}")
+    histogram = metrics.histogram
+    evidence = {False: (metrics.accepted_at, metrics.trials_at),
+                True: (metrics.copied_accepted_at, metrics.copied_trials_at)}
     rows = [i for i, a in enumerate(active) if a]
     own = [k] * len(active) if drafted is None else drafted
     for i in rows if k >= 1 else []:
         histogram = _add_at(histogram, accepted[i], 1)
         if own[i] >= 1:
             asked = own[i] if wanted is None else max(wanted[i], own[i])
-            accepted_at = _add_at(accepted_at, asked, accepted[i])
-            trials_at = _add_at(trials_at, asked, accepted[i] + (accepted[i] < own[i]))
+            kind = bool(copied[i]) if copied is not None else False
+            accepted_at, trials_at = evidence[kind]
+            evidence[kind] = (_add_at(accepted_at, asked, accepted[i]),
+                              _add_at(trials_at, asked, accepted[i] + (accepted[i] < own[i])))
     return dataclasses.replace(
         metrics,
         rounds=metrics.rounds + 1,
@@ -182,6 +199,8 @@ def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
         full_rounds=metrics.full_rounds + sum(1 for i in rows if accepted[i] == own[i]),
         k_counts=_add_at(metrics.k_counts, k, 1),
         elapsed_s=metrics.elapsed_s + elapsed_s,
-        accepted_at=accepted_at,
-        trials_at=trials_at,
+        accepted_at=evidence[False][0],
+        trials_at=evidence[False][1],
+        copied_accepted_at=evidence[True][0],
+        copied_trials_at=evidence[True][1],
     )

@@ -100,7 +100,8 @@ def k_policy(k: int | str, *, c: float = 0.1) -> KPolicy:
 
 
 def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
-                alpha: float | Callable[[int], float], round_cost: Callable[[int, int], float]) -> int:
+                alpha: float | Sequence[float] | Callable[[int], float],
+                round_cost: Callable[[int, int], float]) -> int:
     """The drafts per row for a round of `batch` rows that Thm 3.8's acceptance model
     predicts to finish the call soonest.
 
@@ -124,9 +125,10 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
         remaining: the active rows' tokens left before their stop, each >= 1, in the
             order of `lengths`.
         batch: rows in the forward (done rows included: they are computed too), >= 1.
-        alpha: per-draft acceptance in [0, 1], or a function of a row's wanted length
-            (>= 1) giving it (a drafter's short and long proposals, such as prompt lookup's
-            one draft after a short match and K after a long one, differ in acceptance).
+        alpha: per-draft acceptance in [0, 1]: one for all rows, one per row (in the order
+            of `lengths`), or a function of a row's wanted length (>= 1) giving it (a
+            drafter's short and long proposals, such as prompt lookup's one draft after a
+            short match and K after a long one, differ in acceptance).
         round_cost: (batch, drafts per row) -> the round's cost in plain steps at that batch.
     """
     check_int("batch", batch, 1)
@@ -136,24 +138,31 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
                                              for n in remaining):
         raise ValueError(f"remaining: expected {len(lengths)} ints >= 1 (one per row of lengths), got "
                          f"{list(remaining)!r}")
-    if not callable(alpha) and not 0 <= alpha <= 1:
-        raise ValueError(f"alpha: expected a rate in [0, 1], got {alpha!r}")
-    rates = {n: float(alpha(n)) if callable(alpha) else alpha for n in sorted(set(lengths)) if n >= 1}
-    for n, rate in rates.items():
+    if callable(alpha):
+        by_length = {n: float(alpha(n)) for n in set(lengths) if n >= 1}
+        rates = [by_length.get(n, 0.0) for n in lengths]
+    elif isinstance(alpha, (int, float)):
+        rates = [float(alpha)] * len(lengths)
+    else:
+        rates = [float(a) for a in alpha]
+        if len(rates) != len(lengths):
+            raise ValueError(f"alpha: expected {len(lengths)} rates (one per row of lengths), got "
+                             f"{len(rates)}")
+    for n, rate in zip(lengths, rates, strict=True):
         if not 0 <= rate <= 1:
             raise ValueError(f"alpha: expected a rate in [0, 1], got {rate!r} at {n} drafts")
     most = max(remaining)
 
-    def at_least(emitted: int, wanted: int, drafts: int) -> float:
-        """P(e >= emitted) for a row wanting `wanted` drafts and verifying `drafts` of them."""
-        return 1.0 if emitted <= 1 else rates[wanted] ** (emitted - 1) if emitted <= drafts + 1 else 0.0
+    def at_least(emitted: int, rate: float, drafts: int) -> float:
+        """P(e >= emitted) for a row accepting each draft at `rate` and verifying `drafts`."""
+        return 1.0 if emitted <= 1 else rate ** (emitted - 1) if emitted <= drafts + 1 else 0.0
 
     def speed(width: int) -> float:
         gain = 0.0
         for g in range(1, min(most, width + 1) + 1):
             chance = 1.0
-            for n, left in zip(lengths, remaining, strict=True):
-                chance *= at_least(left - most + g, n, min(n, width))
+            for n, rate, left in zip(lengths, rates, remaining, strict=True):
+                chance *= at_least(left - most + g, rate, min(n, width))
             gain += chance
         cost = 1.0 if width == 0 else float(round_cost(batch, width))
         if not cost > 0:

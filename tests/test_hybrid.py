@@ -266,7 +266,8 @@ def test_a_batch_round_narrows_where_its_width_costs_more_than_it_gains() -> Non
     asked: list[tuple[int, int]] = []
     costly_ks, costly = _widths(auto(lambda b, w: asked.append((b, w)) or 50.0), rows)
     assert set(costly_ks) == {0} and costly == base
-    assert asked and all(b == 3 and w in (2, 3, 4) for b, w in asked)
+    # Rounds ask at the batch's size; the model's gate asks once for one draft at batch 1.
+    assert asked and all((b, w) == (1, 2) or (b == 3 and w in (2, 3, 4)) for b, w in asked)
 
     alone_ks, alone = _widths(auto(lambda b, w: 50.0), rows[:1])
     base_alone_ks, base_alone = _widths(HybridDrafter(ModelDrafter(target), cost_ratio=1e3), rows[:1])
@@ -275,3 +276,56 @@ def test_a_batch_round_narrows_where_its_width_costs_more_than_it_gains() -> Non
     assert free_alone_ks == base_alone_ks
     with pytest.raises(TypeError, match="width_cost: expected None or a function"):
         HybridDrafter(ModelDrafter(target), cost_ratio=0.5, width_cost=3)  # type: ignore[arg-type]
+
+
+def test_draft_plan_says_what_propose_drafts() -> None:
+    """Before the round, `draft_plan` gives each row's length and whether it copies, as
+    `propose` then drafts them: a row ending in a seen bigram copies K, one ending in a seen
+    token only copies 1 when the model is gated off for it, and a row without a match
+    drafts K from the model where its own acceptance clears the break-even, else nothing."""
+    _, draft = _models()
+    rows = [[1, 2, 3, 4, 2, 3], [1, 2, 3, 4, 0, 1], [0, 1, 2, 3, 4, 2], [4, 3]]
+    tokens, lengths = _prompt(rows)
+    tokens = np.pad(tokens, ((0, 0), (0, 10)))
+    for cost_ratio, prior in ((0.05, 0.8), (0.05, 0.1), (0.9, 0.8)):
+        hybrid = HybridDrafter(ModelDrafter(draft), cost_ratio=cost_ratio, prior_alpha=prior,
+                               width_cost=lambda b, w: 1.0 + 0.05 * (w - 1))
+        state = hybrid.start(tokens, lengths, CAPACITY)
+        planned, copies = hybrid.draft_plan(state, tokens, lengths, 3)
+        u = uniforms(0, 0, 4, 3, like=tokens)
+        proposal = hybrid.propose(state, tokens, lengths, 3, SamplingParams(), u)
+        drafted = proposal.lengths if proposal.lengths is not None else np.full(4, 3)
+        assert planned.tolist() == drafted.tolist(), (cost_ratio, prior)
+        modelled = proposal.probs is not None and np.asarray(
+            (proposal.probs.max(axis=-1) < 1).any(axis=-1))
+        gated_on = prior > cost_ratio + 0.05
+        assert copies.tolist() == [True, not gated_on, not gated_on, False], (cost_ratio, prior)
+        assert planned.tolist() == [3, 3 if gated_on else 1, 3 if gated_on else 1, 3 if gated_on else 0]
+        if gated_on:  # the model's q is not one-hot on the rows it drafts for
+            assert modelled.tolist() == [False, True, True, True]
+
+
+def test_a_copying_round_is_rated_without_the_models_cost_and_filed_as_a_copy() -> None:
+    """The auto hybrid's first round on a prompt that repeats copies: it is not charged the
+    model's drafts (3 c = 1.5 plain steps would make it lose to a plain step), and its
+    acceptance is filed with the copies (`Metrics.copied_trials_at`), apart from the
+    model's drafts of the same length."""
+    target, draft = _models()
+    from specsample.generate import iterate
+
+    prompt, lengths = _prompt([[1, 2, 3, 4, 1, 2, 3, 4, 1, 2]])
+    hybrid = HybridDrafter(ModelDrafter(draft), cost_ratio=0.5, width_cost=lambda b, w: 1.0 + 0.1 * (w - 1))
+    assert not hybrid._never(3)  # the model may run: 0.8 > 0.5 + 0.1
+    steps = list(iterate(target, hybrid, prompt, prompt_lengths=lengths, max_new_tokens=30,
+                         params=SamplingParams(temperature=0.0), k=3))
+    first = steps[0].metrics
+    assert steps[0].k >= 1 and sum(first.copied_trials_at) >= 1 and first.trials_at == ()
+    # Negative control: charged the model's drafts, the same round rates below a plain step.
+    from specsample.policy import WIDTH_PRIOR, batch_width
+
+    assert batch_width([3], [30], 1, WIDTH_PRIOR[0], hybrid._round_cost) == 0
+    assert batch_width([3], [30], 1, WIDTH_PRIOR[0],
+                       lambda b, w: hybrid._round_cost(b, w, modelled=False)) == steps[0].k
+    plain = generate_plain(target, prompt, prompt_lengths=lengths, max_new_tokens=30,
+                           params=SamplingParams(temperature=0.0))
+    assert steps[-1].state.tokens[0, 10:40].tolist() == plain.new_tokens(0)

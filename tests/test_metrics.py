@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from specsample.bench.stats import merge_metrics
 from specsample.metrics import Metrics, expected_tokens_per_round, predicted_speedup, tally
 
 
@@ -219,3 +220,22 @@ def test_tally_files_acceptance_under_the_wanted_length() -> None:
     by_drafted = tally(Metrics(), k=2, accepted=[2, 0], emitted=[3, 1], active=[True, True],
                        elapsed_s=1.0, drafted=[2, 1])  # without `wanted`: by what was verified
     assert by_drafted.accepted_at == (0, 0, 2) and by_drafted.alpha_at(8, 0.5, 1.0) == 0.5
+
+
+def test_tally_files_copies_apart_from_model_drafts() -> None:
+    """A copy and a model draft of the same wanted length are separate evidence: a row that
+    copied 4 and accepted all, and one whose model draft of 4 failed at once."""
+    m = tally(Metrics(), k=4, accepted=[4, 0], emitted=[5, 1], active=[True, True], elapsed_s=1.0,
+              wanted=[4, 4], copied=[True, False])
+    assert m.copied_accepted_at == (0, 0, 0, 0, 4) and m.copied_trials_at == (0, 0, 0, 0, 4)
+    assert m.accepted_at == (0, 0, 0, 0, 0) and m.trials_at == (0, 0, 0, 0, 1)
+    assert m.alpha_at(4, 0.0, 0.0, copied=True) == 1.0 and m.alpha_at(4, 0.0, 0.0) == 0.0
+    # Pooled (negative control) they would read 0.8 for both kinds.
+    pooled = tally(Metrics(), k=4, accepted=[4, 0], emitted=[5, 1], active=[True, True],
+                   elapsed_s=1.0, wanted=[4, 4])
+    assert pooled.alpha_at(4, 0.0, 0.0) == 0.8 and pooled.copied_trials_at == ()
+    merged = merge_metrics([m.as_dict(), m.as_dict()])
+    assert merged.copied_accepted_at == (0, 0, 0, 0, 8) and merged.trials_at == (0, 0, 0, 0, 2)
+    with pytest.raises(ValueError, match="copied: expected 2 flags"):
+        tally(Metrics(), k=4, accepted=[4, 0], emitted=[5, 1], active=[True, True], elapsed_s=1.0,
+              copied=[True])

@@ -158,6 +158,13 @@ def test_batch_width_rates_a_round_by_how_far_it_moves_the_calls_end() -> None:
     assert batch_width([8], [50], 1, 0.95, lambda b, w: steps[w]) == 8
     with pytest.raises(ValueError, match=r"alpha: expected a rate in \[0, 1\], got 1.5 at 2 drafts"):
         batch_width([2], [50], 1, lambda d: 1.5, lambda b, w: 1.0)
+    # One rate per row: two rows wanting 4, a copy at 0.9 and a model draft at 0.3, are rated
+    # each at its own rate (the same lengths with a pooled rate would say otherwise).
+    assert batch_width([4, 0], [50, 40], 2, [0.9, 0.3], lambda b, w: 1.5) == 4
+    assert batch_width([0, 4], [40, 50], 2, [0.9, 0.3], lambda b, w: 1.5) == 0
+    assert batch_width([4, 0], [50, 40], 2, 0.3, lambda b, w: 1.5) == 0
+    with pytest.raises(ValueError, match="alpha: expected 2 rates"):
+        batch_width([4, 0], [50, 40], 2, [0.9], lambda b, w: 1.5)
     # The batch it is asked about is the batch given.
     seen: list[int] = []
     batch_width([3], [9], 5, 0.5, lambda b, w: seen.append(b) or 1.0)

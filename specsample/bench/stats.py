@@ -138,5 +138,9 @@ def merge_metrics(records: Sequence[Mapping[str, Any]]) -> Metrics:
                                     histogram=_add(total.histogram, d["histogram"]),
                                     k_counts=_add(total.k_counts, d["k_counts"]),
                                     accepted_at=_add(total.accepted_at, d.get("accepted_at", ())),
-                                    trials_at=_add(total.trials_at, d.get("trials_at", ())))
+                                    trials_at=_add(total.trials_at, d.get("trials_at", ())),
+                                    copied_accepted_at=_add(total.copied_accepted_at,
+                                                            d.get("copied_accepted_at", ())),
+                                    copied_trials_at=_add(total.copied_trials_at,
+                                                          d.get("copied_trials_at", ())))
     return total
