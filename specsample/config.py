@@ -20,9 +20,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ENV_PREFIX", "Config"]
+__all__ = ["AUTO_K", "DEFAULT_K", "ENV_PREFIX", "Config"]
 
 ENV_PREFIX = "SPECSAMPLE_"
+# K when none is given: drafters that verify all K every round take DEFAULT_K; `auto`
+# narrows each round to the width that pays, so its K only caps the longest copies.
+DEFAULT_K, AUTO_K = 4, 8
 CORE_OPTIONS = ("cost_ratio",)  # read by the core (the adaptive K policy), not by backends
 
 
@@ -34,7 +37,10 @@ class Config:
         backend: a registered backend name ("reference", "torch", "static-cpu", "cuda", "gaudi").
         target: the target model's spec for the backend (None: the backend's default).
         draft: the drafter's name for the backend (None: the backend's default).
-        k: draft tokens per round (int >= 1) or "adaptive".
+        k: draft tokens per round (int >= 1), "adaptive", or None: the default, which
+            `specsample.load` settles once the drafter is known: `AUTO_K` for a drafter
+            that narrows each round to what pays (`auto`: K only caps its longest copies),
+            `DEFAULT_K` for the others (they verify all K every round).
         temperature, top_k, top_p, min_p: sampling (see SamplingParams).
         seed: the key of the uniforms.
         verifier: the acceptance rule by name ("token"; see `specsample.verifiers`).
@@ -45,7 +51,7 @@ class Config:
     backend: str = "reference"
     target: str | None = None
     draft: str | None = None
-    k: int | str = 4
+    k: int | str | None = None
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
@@ -87,7 +93,7 @@ class Config:
             cost = float(raw)
         except (TypeError, ValueError) as err:
             raise ValueError(f"options.cost_ratio: expected a number >= 0, got {raw!r}") from err
-        return k_policy(self.k, c=cost)
+        return k_policy(DEFAULT_K if self.k is None else self.k, c=cost)
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Config:

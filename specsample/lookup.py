@@ -22,14 +22,13 @@ class PromptLookupDrafter:
     Any deterministic guess is lossless; a good one is merely accepted more often.
 
     `draft_lengths` shortens a row's round when its context does not end in an n-gram of at
-    least `confident` tokens seen before: one draft after a shorter match (rarely accepted,
-    and a 2-token verify is not free: `auto` runs such rounds only where their own record of
-    acceptance pays for it), and no draft (one token from p) without any match, since
-    repeating the last token is no guess; a round where no row drafts is a plain step.
-    A wide verify is not free on a CPU either (for a 135M model on 2 cores, 2 positions
-    cost about 1.4 one-token forwards and 9 about 1.8), so only a confident match earns all
-    K drafts. The choice reads the row's committed tokens only, so it does not change the
-    output law.
+    least `confident` tokens seen before: one draft after a shorter match (rarely accepted:
+    `auto` runs such rounds only where their own record of acceptance pays for the wider
+    verify), and no draft (one token from p) without any match, since repeating the last
+    token is no guess; a round where no row drafts is a plain step. A wide verify is not
+    free on a CPU (for a 135M model on 2 cores, 5 positions cost about one and a half
+    one-token forwards), so only a confident match earns all K drafts. The choice reads
+    the row's committed tokens only, so it does not change the output law.
 
     Args:
         ngram_max: the longest suffix tried, >= ngram_min.

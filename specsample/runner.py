@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from specsample.backend import Backend, Tokenizer
-from specsample.config import Config
+from specsample.config import AUTO_K, DEFAULT_K, Config
 from specsample.generate import Generation, Step
 from specsample.hybrid import HybridDrafter
 from specsample.options import RunOptions
@@ -156,4 +156,7 @@ def load(config: Config | None = None, *, target: str | None = None, draft: str 
     tokenizer = backend.tokenizer(spec)
     model = backend.load_target(spec)
     drafter = backend.load_drafter(draft if draft is not None else config.draft, model)
+    if config.k is None:  # the default K, now that the drafter is known
+        narrows = getattr(drafter, "round_cost", None) is not None
+        config = dataclasses.replace(config, k=AUTO_K if narrows else DEFAULT_K)
     return Runner(config=config, backend=backend, target=model, drafter=drafter, tokenizer=tokenizer)

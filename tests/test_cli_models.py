@@ -11,7 +11,7 @@ import pytest
 from specsample import bench
 from specsample.cli import build_parser, main
 from specsample.cli.options import config_from_args
-from specsample.config import ENV_PREFIX
+from specsample.config import AUTO_K, ENV_PREFIX
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -156,7 +156,7 @@ def test_bench_writes_json_and_pngs(tmp_path: Path, capsys: pytest.CaptureFixtur
         assert keys <= set(record) and record["n_runs"] == 1 and record["tokens_per_s"] > 0
         assert set(record["by_tag"]) == {"open"}
     spec = records[("specsample", 0.0)]
-    assert 0 <= spec["alpha"] <= 1 and spec["predicted_speedup"] > 0 and spec["k"] == 4
+    assert 0 <= spec["alpha"] <= 1 and spec["predicted_speedup"] > 0 and spec["k"] == AUTO_K
     # Efficiency compares rates over the whole workload: all tokens over all seconds.
     runs = [r for r in payload["runs"] if r["temperature"] == 0.0]
     mine = [r for r in runs if r["method"] == "specsample"]
@@ -167,10 +167,11 @@ def test_bench_writes_json_and_pngs(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert spec["efficiency"] == pytest.approx(rate / base / spec["predicted_speedup"])
     assert spec["efficiency_per_prompt"]["n_prompts"] == 1
     assert records[("plain", 0.0)]["variant"] in {"plain_ours", "plain_hf"}
-    # The default drafter (auto) copies and drafts from the int8 model: transformers' prompt
-    # lookup (at 10 and at K) and its int8 assistant (its own schedule and K-matched) are its peers.
+    # The default drafter (auto, K = AUTO_K = 8) copies and drafts from the int8 model:
+    # transformers' prompt lookup (at 4, 10 and K) and its int8 assistant (its own schedule
+    # and K-matched) are its peers.
     assert set(records[("hf_assisted", 0.7)]["variants_tokens_per_s"]) == {
-        "hf_default", "hf_k4", "hf_lookup10", "hf_lookup4"}
+        "hf_default", "hf_k8", "hf_lookup4", "hf_lookup8", "hf_lookup10"}
     assert records[("plain", 0.7)]["achieved_speedup"] == 1.0
     for name in ("bench_tokens_per_s.png", "bench_accepted.png"):
         assert (path.parent / name).stat().st_size > 1000

@@ -203,3 +203,17 @@ def test_block_verification_is_chosen_by_config() -> None:
     by_token = block.generate(["abcabc"], verifier="token", **sampled)
     assert by_block.metrics.accepted != by_token.metrics.accepted or \
         by_block.new_tokens(0) != by_token.new_tokens(0)
+
+
+def test_load_settles_the_default_k_by_the_drafter() -> None:
+    """K left unset is AUTO_K for a drafter that narrows each round itself (torch's `auto`)
+    and DEFAULT_K for one that verifies all K (the reference backend's noisy draft, torch's
+    lookup); a K given is kept."""
+    from specsample.config import AUTO_K, DEFAULT_K
+
+    assert specsample.load(Config()).config.k == DEFAULT_K
+    assert specsample.load(Config(k=2)).config.k == 2
+    assert specsample.load(Config(backend="torch", draft="lookup")).config.k == DEFAULT_K
+    auto = specsample.load(Config(backend="torch"))
+    assert auto.config.k == AUTO_K and auto.options(max_new_tokens=1).k.k_max == AUTO_K
+    assert specsample.load(Config(backend="torch", k=3)).config.k == 3

@@ -89,7 +89,7 @@ def hf_variants(draft: str, target: Model, drafter: Drafter, k: int | None) -> l
         return [*hf_variants("lookup", target, drafter, k), *hf_variants(draft, target, model, k)]
     if draft == "lookup":
         return [HFVariant(name=f"hf_lookup{n}", k=n, kwargs={"prompt_lookup_num_tokens": n})
-                for n in dict.fromkeys([10] + ([k] if k is not None else []))]
+                for n in dict.fromkeys([4, 10] + ([k] if k is not None else []))]
     if draft == "int8":
         assistant = int8_assistant(module)
         return _assistant_variants(assistant, {"assistant_model": assistant}, k)

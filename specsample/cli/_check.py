@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from tqdm import tqdm
 from specsample.backend import CoreBackend
 from specsample.bench import next_logits
 from specsample.cli.options import add_model_options, config_from_args, sampling_given
-from specsample.config import Config
+from specsample.config import DEFAULT_K, Config
 from specsample.drafters import ModelDrafter
 from specsample.params import SamplingParams
 from specsample.protocols import FeatureDrafter
@@ -175,7 +176,7 @@ def _tree(runner: Runner, args: argparse.Namespace, prompt: Any, params: Samplin
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
-def _constant_k(k: int | str) -> None:
+def _constant_k(k: int | str | None) -> None:
     if not isinstance(k, int):
         raise ValueError(f"--k: the tree sampler needs a constant K, got {k!r} (or use "
                          f"--sampler engine)")
@@ -257,6 +258,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-new-tokens: not used by `specsample check` (it tests the first 3 "
                          f"tokens), got {args.max_new_tokens}")
     config = config_from_args(args)
+    if config.k is None:  # the exact checks enumerate rounds: the plain default K, not auto's cap
+        config = dataclasses.replace(config, k=DEFAULT_K)
     chosen = settings(args, config)
     if args.sampler == "tree" and not is_suffix_tree_name(config.draft):
         _constant_k(config.k)  # fail before loading models (a tree drafter's budget is its own)

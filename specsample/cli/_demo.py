@@ -14,7 +14,7 @@ from specsample.cli._bench import show_models
 from specsample.cli._generate import generate_text
 from specsample.cli._progress import Bars
 from specsample.cli.options import DEFAULT_DRAFT, DEFAULT_TARGET, load_config
-from specsample.config import Config
+from specsample.config import AUTO_K, Config
 from specsample.generate import iterate
 from specsample.registry import get_backend
 from specsample.testing import autoregressive_law, goodness_of_fit
@@ -24,7 +24,7 @@ __all__ = ["add_parser", "model_demo", "toy_demo"]
 ROWS = 100_000
 # `auto` narrows each round to the width Thm 3.8 predicts fastest (a power of two up to K, or
 # a plain step), so K only caps long copies; the toy's noisy draft verifies a fixed K.
-MODEL_K, TOY_K = 8, 3
+MODEL_K, TOY_K = AUTO_K, 3
 
 
 def add_parser(sub: Any) -> None:

@@ -60,7 +60,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                             f"'head[:FILE]' (a trained draft head), "
                             f"'hybrid[:NAME]', NAME@THRESHOLD or a model spec; on the reference "
                             f"backend 'noisy:E', 'lookup' or 'ngram:...'")
-    group.add_argument("--k", type=k_value, default=None, help="drafts per round, or 'adaptive'")
+    group.add_argument("--k", type=k_value, default=None,
+                       help="drafts per round, or 'adaptive' (default: 8 for auto, which narrows each "
+                            "round to the width that pays, so K only caps its longest copies; else 4)")
     group.add_argument("--verifier", choices=("token", "block"), default=None,
                        help="the acceptance rule: 'token' (token-wise, the default) or 'block' "
                             "(block verification); a tree drafter has one rule")
