@@ -115,16 +115,24 @@ class HybridDrafter:
         """What the drafter does at K = k, and why (for a command line to print)."""
         if self.cost_ratio is None:
             return "prompt lookup where the context repeats, the draft model elsewhere"
+        if self.width_cost is not None:
+            even = self._break_even()
+            start = "the draft model" if self.prior[0] > even else "plain steps"
+            return (f"prompt lookup where the context repeats; elsewhere the draft model only for "
+                    f"rows whose acceptance of its drafts exceeds c + cost(2 positions) - 1 "
+                    f"(c = {self.cost_ratio:.2f}, cost {float(self.width_cost(1, 2)):.2f}: "
+                    f"{even:.2f}), the rate at which one draft a round beats a plain step (at "
+                    f"the prior alpha {self.prior[0]:.2f}, rows start with {start}, then follow their own "
+                    f"acceptance); each round as wide as Thm 3.8 predicts fastest (a plain step "
+                    f"where no width pays, K = {k} at most), from the verify's cost at each width "
+                    f"measured on this machine and the acceptance so far of proposals of each "
+                    f"kind and length")
         speedup = predicted_speedup(self.prior[0], k, self.cost_ratio)
         start = "the draft model" if speedup > 1 else "plain steps"
         return (f"prompt lookup where the context repeats; elsewhere the draft model only where "
                 f"Thm 3.8 predicts it faster than plain steps (c = {self.cost_ratio:.2f}: at the "
                 f"prior alpha {self.prior[0]:.2f} and K = {k} it predicts {speedup:.2f}x, so rows "
-                f"start with {start}, then follow their own acceptance)" + (
-                    "; each round as wide as Thm 3.8 predicts fastest (a plain step where no "
-                    "width pays), from the verify's cost at each width measured on this machine "
-                    "and the acceptance so far of proposals of each length"
-                    if self.width_cost is not None else ""))
+                f"start with {start}, then follow their own acceptance)")
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> HybridState:
         """An empty model cache: the model reads the prompt when it first drafts (the catch-up

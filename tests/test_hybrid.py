@@ -316,6 +316,8 @@ def test_a_copying_round_is_rated_without_the_models_cost_and_filed_as_a_copy() 
     prompt, lengths = _prompt([[1, 2, 3, 4, 1, 2, 3, 4, 1, 2]])
     hybrid = HybridDrafter(ModelDrafter(draft), cost_ratio=0.5, width_cost=lambda b, w: 1.0 + 0.1 * (w - 1))
     assert not hybrid._never(3)  # the model may run: 0.8 > 0.5 + 0.1
+    said = hybrid.describe(3)
+    assert "(c = 0.50, cost 1.10: 0.60)" in said and "start with the draft model" in said
     steps = list(iterate(target, hybrid, prompt, prompt_lengths=lengths, max_new_tokens=30,
                          params=SamplingParams(temperature=0.0), k=3))
     first = steps[0].metrics
