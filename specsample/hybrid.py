@@ -194,8 +194,14 @@ class HybridDrafter:
         matched = self.lookup.draft_lengths(tokens, lengths, k)  # k, 1 or 0
         if self._never(k):
             return matched, matched > 0
-        use = (matched != k) & self._worth(xp, state, k)
+        use = self._uses_model(xp, state, matched, k)
         return xp.where(use, self.model.draft_lengths(tokens, lengths, k), matched), ~use & (matched > 0)
+
+    def _uses_model(self, xp: Any, state: HybridState, matched: Array, k: int) -> Array:
+        """bool [B]: rows that draft from the model this round: those that do not copy all k
+        (prompt lookup's `matched` below k) and whose own record makes the model worth it.
+        `draft_plan` and `propose` both decide by it, so the plan is what gets drafted."""
+        return (matched != k) & self._worth(xp, state, k)
 
     def skip(self, state: HybridState) -> HybridState:
         """After a plain step: the model saw nothing new (`advance` keeps what its cache holds)."""
@@ -209,7 +215,7 @@ class HybridDrafter:
         xp = namespace(tokens)
         matched, copied = self.lookup.lengths_and_copies(tokens, lengths, k)  # matched: k, 1 or 0
         copy = matched == k
-        use = ~copy & self._worth(xp, state, k)
+        use = self._uses_model(xp, state, matched, k)
         flags = host_ints(xp.concat([xp.astype(xp.stack([xp.all(copy), xp.any(use)]), xp.int64),
                                      xp.max(lengths - state.seen)[None]]))
         idle = self.skip(state)
