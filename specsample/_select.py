@@ -14,7 +14,7 @@ rounding. A < top_p - E and M >= top_p + E prove the sort keeps v and nothing be
 is its threshold; a row that is not proven (top_p within E of A or M) is sorted.
 
 Before the histogram, NumPy and torch CPU rows try a cheaper candidate set: every entry
-above a level that a strided sample puts at an estimated (1 - top_p) / 2 of mass below it.
+above a level that a strided sample puts, with a margin for its error, below (1 - top_p) of mass.
 Sorted, the candidates are the head of the full sort, so the same proof applies to the v
 found among them (`_candidate_threshold`); rows it does not prove go on to the histogram.
 """
@@ -41,8 +41,11 @@ GROUP = 32
 _GROUPED_FROM = 4096
 # Rows shorter than this are sorted: the histogram's fixed cost exceeds the sort's.
 _SORTED_BELOW = 512
-# Every _STRIDE-th entry of a row is the sample that guesses a top-p candidate level.
+# Every _STRIDE-th entry of a row is the sample that guesses a top-p candidate level: the
+# highest at which the sampled mass below it plus _MARGIN of its standard errors stays under
+# 1 - top_p. Just below the threshold, so the candidates are few beyond the kept ones.
 _STRIDE = 16
+_MARGIN = 4.0
 
 
 def kth_largest(x: Array, k: int) -> Array:
@@ -159,8 +162,8 @@ def _candidate_threshold(rows: np.ndarray, top_p: float,
 
     The candidates C are all the entries >= the level, so sorted they are the first |C| of
     the row's full sort, and v (the last kept by the sort's rule applied to them) has every
-    entry >= v among them: A and M below are sums over C, in float64. The row's mass is at
-    most C's mass plus the level times the entries left out. The proof is
+    entry >= v among them: A and M below are prefix sums over C, in float64. The row's mass
+    is at most C's mass plus the level times the entries left out. The proof is
     `_bucket_threshold`'s. A row whose guess leaves too little mass in C (or too many
     entries: more than V / 4, where the histogram is cheaper) is not proven.
     """
@@ -171,33 +174,44 @@ def _candidate_threshold(rows: np.ndarray, top_p: float,
     # entries about it. The many small entries make this a good estimate where the few
     # large ones (which the sample mostly misses) would not be; the row sums to about 1.
     below = np.cumsum(sample, axis=-1, dtype=np.float64) * _STRIDE
-    reach = np.count_nonzero(below <= (1 - p) / 2, axis=-1)  # [R]: sample values below the level
+    at = np.arange(count)
+    crossing = np.maximum(np.count_nonzero(below <= 1 - p, axis=-1) - 1, 0)  # [R]
+    # The sampled mass's standard error there, from the sample's spread below it.
+    squares = np.cumsum(np.square(sample, dtype=np.float64), axis=-1)[at, crossing]
+    mean = below[at, crossing] / (_STRIDE * (crossing + 1))
+    noise = _STRIDE * np.sqrt(np.maximum(squares - (crossing + 1) * mean * mean, 0.0))
+    reach = np.count_nonzero(below <= (1 - p) - _MARGIN * noise[:, None], axis=-1)  # [R]: below the level
     # At least the smallest positive value: rows mostly of zeros (top-k's) keep their positives.
-    level = np.maximum(sample[np.arange(count), np.maximum(reach - 1, 0)],
+    level = np.maximum(sample[at, np.maximum(reach - 1, 0)],
                        np.finfo(rows.dtype).smallest_subnormal)  # [R]
-    chosen = rows >= level[:, None]
-    sizes = np.count_nonzero(chosen, axis=-1)
-    usable = (sizes >= 1) & (sizes <= vocab // 4)
+    # Compaction costs about its number of entries, so it runs once over all rows.
+    flat = np.flatnonzero(rows >= level[:, None])  # row by row
+    bounds = np.searchsorted(flat, np.arange(count + 1) * vocab)
+    sizes = np.diff(bounds)  # [R] = |C|
     threshold = np.zeros(count, dtype=rows.dtype)
     proven = np.zeros(count, dtype=bool)
+    usable = (sizes >= 1) & (sizes <= vocab // 4)
     if not usable.any():
         return threshold, proven
-    flat = np.flatnonzero(chosen[usable])
-    row, kept_sizes = flat // vocab, sizes[usable]
-    start = np.cumsum(kept_sizes) - kept_sizes
-    ranked = np.zeros((len(kept_sizes), int(kept_sizes.max())), dtype=rows.dtype)  # zeros sort last
-    ranked[row, np.arange(flat.size) - start[row]] = rows[usable].reshape(-1)[flat]
-    ranked = np.sort(ranked, axis=-1)[:, ::-1]
-    mass = ranked.astype(np.float64)
-    prefix = np.cumsum(mass, axis=-1)
-    kept = np.minimum(np.count_nonzero(prefix - mass < p, axis=-1), kept_sizes)  # >= 1
-    value = ranked[np.arange(len(kept)), kept - 1]  # v
-    strict = np.sum(np.where(ranked > value[:, None], mass, 0.0), axis=-1)  # A
-    at_least = np.sum(np.where(ranked >= value[:, None], mass, 0.0), axis=-1)  # M
-    total = prefix[:, -1] + level[usable].astype(np.float64) * (vocab - kept_sizes)
+    row = flat // vocab
+    if not usable.all():  # leave out the rows not taken
+        flat, row = flat[usable[row]], row[usable[row]]
+        bounds = np.searchsorted(flat, np.arange(count + 1) * vocab)
+    ranked = np.zeros((count, int(sizes[usable].max())), dtype=rows.dtype)  # padding: zeros sort last
+    ranked[row, np.arange(flat.size) - bounds[row]] = rows.reshape(-1)[flat]
+    ranked = np.sort(ranked, axis=-1)[:, ::-1]  # descending
+    prefix = np.cumsum(ranked, axis=-1, dtype=np.float64)
+    kept = np.minimum(np.count_nonzero(prefix - ranked < p, axis=-1), np.maximum(sizes, 1))  # >= 1
+    value = ranked[at, kept - 1]  # v
+    # Descending rows: the entries > v, and those >= v, are prefixes; A and M are their sums.
+    greater = np.count_nonzero(ranked > value[:, None], axis=-1)
+    at_least_v = np.count_nonzero(ranked >= value[:, None], axis=-1)  # >= 1
+    strict = np.where(greater > 0, prefix[at, np.maximum(greater - 1, 0)], 0.0)  # A
+    at_least = prefix[at, at_least_v - 1]  # M
+    total = prefix[:, -1] + level.astype(np.float64) * (vocab - sizes)
     error = _error(total, vocab, roundoff)
-    threshold[usable] = value
-    proven[usable] = (strict + error < p) & (at_least - error >= p)
+    threshold[usable] = value[usable]
+    proven[usable] = ((strict + error < p) & (at_least - error >= p))[usable]
     return threshold, proven
 
 
