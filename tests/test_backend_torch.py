@@ -6,12 +6,13 @@ import copy
 
 import pytest
 import torch
-from specsample_backends.torch import HFModel, create, loading
+from specsample_backends.torch import HFModel, _fast, create, loading
 from specsample_backends.torch._fast import DenseLinear, is_supported
 from specsample_backends.torch.compat import check_compatible
 from specsample_backends.torch.early_exit import early_exit_draft
 from specsample_backends.torch.quantized import Int8Linear, int8_draft, quantize
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers.models.llama import modeling_llama
 
 from specsample.cache import rollback
 from specsample.drafters import ModelDrafter
@@ -322,3 +323,34 @@ def test_smollm2_greedy_speculative_equals_plain(smol: tuple[HFModel, object], n
             at = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
             prefix = [int(t) for t in ids[row, : int(lengths[row])]] + b[:at]
             assert _near_tie(target, [*prefix, 0], len(prefix), a[at], b[at]) < 1e-3, (row, at)
+
+
+# The fast path's norm and rotary embedding are transformers' own arithmetic in fewer calls:
+# equal bit for bit, so the fast path's logits do not move when they change.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 1, 576), (3, 5, 64), (2, 7, 960)])
+def test_rms_norm_is_transformers_bit_for_bit(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    torch.manual_seed(sum(shape))
+    norm = modeling_llama.LlamaRMSNorm(shape[-1], eps=1e-5).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(shape[-1]))
+        x = (torch.randn(shape) * 3).to(dtype)
+        assert torch.equal(_fast.rms_norm(x, norm.weight, 1e-5), norm(x))
+
+
+def test_rotary_embedding_is_transformers_bit_for_bit() -> None:
+    torch.manual_seed(3)
+    q, k = torch.randn(2, 9, 5, 64), torch.randn(2, 3, 5, 64)  # [B, H, T, hd]
+    cos, sin = torch.randn(2, 5, 64), torch.randn(2, 5, 64)
+    want = modeling_llama.apply_rotary_pos_emb(q, k, cos, sin)  # unsqueezes at dim 1
+    tables = _fast.rope_tables(cos[:, None], sin[:, None])
+    assert all(torch.equal(_fast._rope(x, *tables), w) for x, w in zip((q, k), want, strict=True))
+    # Negative control: the model's own sin, not the signed table, is another rotation.
+    assert not torch.equal(_fast._rope(q, cos[:, None], sin[:, None]), want[0])
+
+
+def test_the_silu_module_is_read_as_its_function() -> None:
+    stack = _fast.LlamaStack.of(_tiny_llama())
+    assert stack.act is torch.nn.functional.silu
+    relu = torch.nn.ReLU()
+    assert _fast._activation(relu) is relu  # any other activation stays the module

@@ -35,6 +35,7 @@ from specsample_backends.torch._fast import (
     decoder_layer,
     embed,
     rms_norm,
+    rope_tables,
 )
 from torch import Tensor, nn
 
@@ -91,7 +92,7 @@ class EmbedStep(nn.Module):
         batch, width = tokens.shape
         rep = self.heads // self.kv_heads
         x = embed(tokens, weight, self.scale)  # [B, T, D]
-        cos, sin = self.rotary(x, positions)  # [B, T, hd]
+        cos, sin = rope_tables(*self.rotary(x, positions))  # [B, T, hd]
         group_mask = mask[:, :, None].expand(batch, 1, rep, width, mask.shape[-1]).reshape(
             batch, 1, rep * width, mask.shape[-1])  # [B, 1, rep*T, C]
         return x, cos[:, None], sin[:, None], write[:, None, :].contiguous(), group_mask.contiguous()

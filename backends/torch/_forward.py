@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ._fast import LlamaLayer, LlamaStack, PreparedLinear, decoder_layer, embed, rms_norm
+from ._fast import LlamaLayer, LlamaStack, PreparedLinear, decoder_layer, embed, rms_norm, rope_tables
 
 __all__ = ["llama_features", "llama_forward", "llama_layers"]
 
@@ -49,7 +49,7 @@ def llama_layers(stack: LlamaStack, x: Tensor, positions: Tensor, mask: Tensor,
     batch, width = x.shape[0], x.shape[1]
     heads, kv_heads, hd = stack.heads, stack.kv_heads, stack.head_dim
     rep = heads // kv_heads
-    cos, sin = stack.rotary(x, positions)  # [B, T, hd]
+    cos, sin = rope_tables(*stack.rotary(x, positions))  # [B, T, hd]
     cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, hd]
     index = (positions if slots is None else slots)[:, None, :, None].expand(batch, kv_heads, width, hd)
     # Grouped-query attention without repeating K/V: the rep query heads that
