@@ -129,8 +129,7 @@ def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
         if check:
             check_logits("logits", logits)
         best = xp.argmax(logits, axis=-1, keepdims=True)  # first maximum = lowest index
-        ids = xp.arange(vocab, device=device(logits))
-        return xp.astype(ids == best, logits.dtype)
+        return _one_hot(xp, logits, best)
     if check:
         check_logits_shape("logits", logits)  # the values: from the row maxima below
     if params.top_k is not None and grouped(vocab, params.top_k) and _eager_torch_cpu(logits):
@@ -148,6 +147,19 @@ def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
     if params.top_k is not None and params.top_k < vocab:
         shifted = _keep(xp, shifted, scaled, kth_largest(scaled, params.top_k))
     return _top_p_min_p(xp, _renormalise(xp, shifted), params)
+
+
+def _one_hot(xp: Any, like: Array, best: Array) -> Array:
+    """1 at `best` [..., 1] and 0 elsewhere, of `like`'s shape and dtype. torch and NumPy
+    write the ones into zeros (torch writes bool arrays slowly); other libraries compare."""
+    if array_api_compat.is_torch_array(like):
+        return like.new_zeros(like.shape).scatter_(-1, best, 1.0)
+    if array_api_compat.is_numpy_array(like):
+        out = np.zeros(like.shape, dtype=like.dtype)
+        np.put_along_axis(out, best, 1.0, axis=-1)
+        return out
+    ids = xp.arange(like.shape[-1], device=device(like))
+    return xp.astype(ids == best, like.dtype)
 
 
 def _top_p_min_p(xp: Any, probs: Array, params: SamplingParams) -> Array:

@@ -29,6 +29,16 @@ def test_greedy_is_one_hot_at_the_lowest_argmax():
     assert np.array_equal(out, np.array([[0, 1, 0, 0], [1, 0, 0, 0]], dtype=np.float64))
 
 
+@pytest.mark.parametrize("library", ["numpy-float32", "torch-float32", "torch-float64"])
+def test_greedy_writes_the_same_one_hot_as_the_comparison(library: str) -> None:
+    # The written one-hot against the comparison it replaces, for every library, rank and dtype.
+    logits = _as(library, np.random.default_rng(4).normal(size=(2, 3, 50)).round(1))  # ties
+    got = warp(logits, SamplingParams(temperature=0))
+    assert _same(got, _sorted_warp(logits, SamplingParams(temperature=0)))
+    assert _same(warp(logits[0, 0], SamplingParams(temperature=0)),
+                 _sorted_warp(logits[0, 0], SamplingParams(temperature=0)))
+
+
 def test_top_k_keeps_k_and_zeroes_the_rest_exactly():
     logits = np.array([[0.1, 2.0, 1.0, -1.0, 3.0]])
     out = warp(logits, SamplingParams(top_k=2))
