@@ -97,6 +97,24 @@ def uniforms(seed: Seed, step: int, rows: int, width: int, *, stream: int = Stre
     per_row = row_seeds(seed, rows)
     ids = _row_ids(row_ids, rows, per_row is None)
     pairs = (width + 1) // 2
+    if rows * pairs <= _FEW_BLOCKS:
+        out = _few_uniforms(seed, per_row, ids, step, stream, rows, pairs)[:, :width]
+    else:
+        out = _many_uniforms(seed, per_row, ids, step, stream, rows, pairs)[:, :width]
+    if like is None:
+        return out
+    xp = namespace(like)
+    return xp.asarray(out, device=device(like))
+
+
+# Up to this many Philox blocks, Python integers draw them faster than NumPy's vector
+# operations on tiny arrays (a round at batch 1 needs a handful); both give the same bits.
+_FEW_BLOCKS = 12
+
+
+def _many_uniforms(seed: Seed, per_row: NDArray[np.uint64] | None, ids: NDArray[np.uint32], step: int,
+                   stream: int, rows: int, pairs: int) -> NDArray[np.float64]:
+    """`uniforms`' draws [rows, 2 * pairs] by NumPy's vectorised Philox."""
     counter = np.zeros((rows, pairs, 4), dtype=np.uint32)
     counter[..., 0] = np.arange(pairs, dtype=np.uint32)[None, :]
     counter[..., 1] = step
@@ -110,11 +128,32 @@ def uniforms(seed: Seed, step: int, rows: int, width: int, *, stream: int = Stre
     words = philox4x32(counter, key).astype(np.uint64)  # [B, pairs, 4]
     high = (words[..., 0::2] >> np.uint64(5)).astype(np.float64)  # 27 bits
     low = (words[..., 1::2] >> np.uint64(6)).astype(np.float64)  # 26 bits
-    out = ((high * 67108864.0 + low) / 9007199254740992.0).reshape(rows, 2 * pairs)[:, :width]
-    if like is None:
-        return out
-    xp = namespace(like)
-    return xp.asarray(out, device=device(like))
+    return ((high * 67108864.0 + low) / 9007199254740992.0).reshape(rows, 2 * pairs)
+
+
+def _few_uniforms(seed: Seed, per_row: NDArray[np.uint64] | None, ids: NDArray[np.uint32], step: int,
+                  stream: int, rows: int, pairs: int) -> NDArray[np.float64]:
+    """`_many_uniforms` by Python integers: the same counters, keys and arithmetic."""
+    draws = []
+    for b in range(rows):
+        key = int(seed) if per_row is None else int(per_row[b])  # type: ignore[arg-type]
+        row = int(ids[b]) if per_row is None else 0
+        for pair in range(pairs):
+            w0, w1, w2, w3 = _philox_block(pair, step, row, stream, key & 0xFFFFFFFF, key >> 32)
+            # Exact in float64: 27 + 26 bits, scaled by a power of two.
+            draws += [((w0 >> 5) * 67108864.0 + (w1 >> 6)) / 9007199254740992.0,
+                      ((w2 >> 5) * 67108864.0 + (w3 >> 6)) / 9007199254740992.0]
+    return np.array(draws, dtype=np.float64).reshape(rows, 2 * pairs)
+
+
+def _philox_block(c0: int, c1: int, c2: int, c3: int, k0: int, k1: int) -> tuple[int, int, int, int]:
+    """`philox4x32` of one counter (four 32-bit words) under the key (k0, k1), in Python integers."""
+    for r in range(10):
+        if r:
+            k0, k1 = (k0 + _W0) & 0xFFFFFFFF, (k1 + _W1) & 0xFFFFFFFF
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & 0xFFFFFFFF, (p0 >> 32) ^ c3 ^ k1, p0 & 0xFFFFFFFF
+    return c0, c1, c2, c3
 
 
 def _row_ids(row_ids: NDArray[np.integer] | None, rows: int, one_seed: bool) -> NDArray[np.uint32]:

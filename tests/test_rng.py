@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from specsample import rng
 from specsample.rng import Stream, philox4x32, round_uniforms, uniforms
 
 
@@ -139,3 +140,23 @@ def test_row_ids_draw_those_rows_of_the_whole_batch() -> None:
         uniforms(3, 0, 3, 1, row_ids=np.array([0, 1]))
     with pytest.raises(ValueError, match="row_ids: expected 2 integers"):
         uniforms(3, 0, 2, 1, row_ids=np.array([-1, 1]))
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**64 - 1, [3, 2**63, 0]])
+@pytest.mark.parametrize("step", [0, 41, 2**32 - 1])
+@pytest.mark.parametrize("stream", [Stream.SPECULATIVE, Stream.FINAL])
+def test_few_draws_by_python_integers_equal_the_vectorised_philox(seed: object, step: int,
+                                                                  stream: int) -> None:
+    # Small draws (a round at batch 1) take Python integers; they must be the NumPy path's bits.
+    rows = 3
+    per_row = rng.row_seeds(seed, rows)  # type: ignore[arg-type]
+    ids = np.array([0, 5, 2**32 - 1], dtype=np.uint32)
+    if per_row is not None:
+        ids = np.arange(rows, dtype=np.uint32)
+    for pairs in (0, 1, 4):
+        few = rng._few_uniforms(seed, per_row, ids, step, stream, rows, pairs)  # type: ignore[arg-type]
+        many = rng._many_uniforms(seed, per_row, ids, step, stream, rows, pairs)  # type: ignore[arg-type]
+        assert few.dtype == many.dtype == np.float64 and np.array_equal(few, many)
+    # The public draws cross from one path to the other without a change in any column.
+    wide = uniforms(7, step, 2, 2 * rng._FEW_BLOCKS + 2, stream=stream)  # the vectorised path
+    assert np.array_equal(uniforms(7, step, 2, 9, stream=stream), wide[:, :9])  # the Python path
