@@ -60,25 +60,42 @@ class PromptLookupDrafter:
         """No state to move."""
         return None
 
-    def _last_match(self, xp: Any, tokens: Array, lengths: Array, n: int) -> Array:
-        """int64 [B]: the latest end e <= L-2 with tokens[e-n+1 : e+1] == the last n, else -1."""
-        pos = xp.arange(tokens.shape[1], dtype=xp.int64, device=device(tokens))[None, :]  # [1, C]
-        match = (pos >= n - 1) & (pos <= (lengths - 2)[:, None]) & (lengths >= n)[:, None]  # [B, C]
-        for j in range(n):
-            shifted = xp.broadcast_to(xp.clip(pos - j, min=0), tokens.shape)  # [B, C]
-            earlier = xp.take_along_axis(tokens, shifted, axis=1)
-            last = xp.take_along_axis(tokens, xp.clip(lengths - 1 - j, min=0)[:, None], axis=1)  # [B, 1]
-            match = match & (earlier == last)
-        return xp.max(xp.where(match, pos, -1), axis=1)
+    def _match_ends(self, xp: Any, tokens: Array, lengths: Array) -> dict[int, Array]:
+        """For each suffix length n in [ngram_min, ngram_max], int64 [B]: the latest end
+        e <= L-2 with tokens[e-n+1 : e+1] == the row's last n tokens, else -1.
+
+        One pass for every n: a position matches n tokens where it matches n - 1 and the
+        token n - 1 before it equals the row's (n-1)-th last, so each n adds one comparison.
+        """
+        batch, width = (int(d) for d in tokens.shape)
+        dev = device(tokens)
+        pos = xp.arange(width, dtype=xp.int64, device=dev)[None, :]  # [1, C]
+        back = xp.arange(self.ngram_max, dtype=xp.int64, device=dev)[None, :]  # [1, n_max]
+        last = xp.take_along_axis(tokens, xp.clip(lengths[:, None] - 1 - back, min=0), axis=1)  # [B, n_max]
+        before = pos <= (lengths - 2)[:, None]  # [B, C]: ends strictly before the suffix's own
+        ends: dict[int, Array] = {}
+        run = None
+        for j in range(self.ngram_max):
+            same = tokens == last[:, j : j + 1]  # [B, C] at the token j before each end
+            if j:  # align: position p reads the token at p - j (none before the row's start)
+                same = xp.concat([xp.zeros((batch, j), dtype=xp.bool, device=dev), same[:, : width - j]],
+                                 axis=1)
+            run = same if run is None else run & same
+            n = j + 1
+            if n >= self.ngram_min:
+                found = run & before & (lengths >= n)[:, None]
+                ends[n] = xp.max(xp.where(found, pos, -1), axis=1)
+        return ends
 
     def _inputs(self, tokens: Array, lengths: Array) -> tuple[Any, Array, Array, Callable[[int], Array]]:
         """Checked int64 inputs and the row-wise latest match end for each suffix length n,
-        each scanned at most once however many callers ask."""
+        all scanned together, once, when first asked."""
         xp = namespace(tokens, lengths)
         check_shape("tokens", tokens, (None, None))
         check_shape("lengths", lengths, (int(tokens.shape[0]),))
         tokens, lengths = xp.astype(tokens, xp.int64), xp.astype(lengths, xp.int64)
-        return xp, tokens, lengths, functools.cache(lambda n: self._last_match(xp, tokens, lengths, n))
+        scan = functools.cache(lambda: self._match_ends(xp, tokens, lengths))
+        return xp, tokens, lengths, lambda n: scan()[n]
 
     def _lengths(self, xp: Any, lengths: Array, k: int, ends: Callable[[int], Array]) -> Array:
         if self.confident is None or k == 0:
