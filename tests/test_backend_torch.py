@@ -325,7 +325,7 @@ def test_smollm2_greedy_speculative_equals_plain(smol: tuple[HFModel, object], n
             assert _near_tie(target, [*prefix, 0], len(prefix), a[at], b[at]) < 1e-3, (row, at)
 
 
-# The fast path's norm and rotary embedding are transformers' own arithmetic in fewer calls:
+# The fast path's norm and rotary embedding are transformers' own arithmetic (the rotary in fewer calls):
 # equal bit for bit, so the fast path's logits do not move when they change.
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(1, 1, 576), (3, 5, 64), (2, 7, 960)])

@@ -362,11 +362,6 @@ def move_path(keys: Tensor, values: Tensor, first: Tensor, path: Tensor) -> None
 def rms_norm(x: Tensor, weight: Tensor, eps: float, offset: float = 0.0) -> Tensor:
     # As LlamaRMSNorm: normalise in float32, scale in the input dtype; with an offset as
     # GemmaRMSNorm: scale by (offset + weight) in float32, then cast.
-    if not offset and x.dtype == torch.float32 == weight.dtype and not torch.compiler.is_compiling():
-        # The same operations in one call (no casts in float32), bit for bit; it saves the
-        # per-operation overhead of about six small calls, twice a layer. Graphs keep the
-        # formula below, which the compiler fuses anyway.
-        return F.rms_norm(x, (int(x.shape[-1]),), weight, eps)
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     if offset:
