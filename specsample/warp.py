@@ -128,8 +128,7 @@ def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
     if params.greedy:
         if check:
             check_logits("logits", logits)
-        best = xp.argmax(logits, axis=-1, keepdims=True)  # first maximum = lowest index
-        return _one_hot(xp, logits, best)
+        return _one_hot(xp, logits, _first_argmax(xp, logits))
     if check:
         check_logits_shape("logits", logits)  # the values: from the row maxima below
     if params.top_k is not None and grouped(vocab, params.top_k) and _eager_torch_cpu(logits):
@@ -147,6 +146,17 @@ def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
     if params.top_k is not None and params.top_k < vocab:
         shifted = _keep(xp, shifted, scaled, kth_largest(scaled, params.top_k))
     return _top_p_min_p(xp, _renormalise(xp, shifted), params)
+
+
+def _first_argmax(xp: Any, logits: Array) -> Array:
+    """The index of each row's first maximum (ties: the lowest index): [..., V] -> [..., 1].
+    Eager torch on CPU reads it through NumPy, whose vectorised argmax is an order of
+    magnitude faster there than torch's, without a copy; the same index."""
+    if _eager_torch_cpu(logits):
+        import torch
+
+        return torch.from_numpy(np.argmax(logits.detach().numpy(), axis=-1)[..., None].astype(np.int64))
+    return xp.argmax(logits, axis=-1, keepdims=True)
 
 
 def _one_hot(xp: Any, like: Array, best: Array) -> Array:

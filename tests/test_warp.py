@@ -37,6 +37,11 @@ def test_greedy_writes_the_same_one_hot_as_the_comparison(library: str) -> None:
     assert _same(got, _sorted_warp(logits, SamplingParams(temperature=0)))
     assert _same(warp(logits[0, 0], SamplingParams(temperature=0)),
                  _sorted_warp(logits[0, 0], SamplingParams(temperature=0)))
+    strided = logits[:, ::2, ::3]  # not contiguous
+    greedy = SamplingParams(temperature=0)
+    assert _same(warp(strided, greedy), _sorted_warp(strided, greedy))
+    masked = _as(library, np.where(np.arange(50) % 7 == 0, -np.inf, np.zeros((2, 50))))  # all ties, -inf
+    assert _same(warp(masked, greedy), _sorted_warp(masked, greedy))
 
 
 def test_top_k_keeps_k_and_zeroes_the_rest_exactly():
