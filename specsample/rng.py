@@ -13,9 +13,12 @@ __all__ = ["Seed", "Stream", "philox4x32", "round_uniforms", "row_seeds", "unifo
 
 Seed = int | Sequence[int]  # one key for the batch, or one key per row
 
-_M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+# Philox4x32's multipliers and key increments, and the 32-bit mask: the Python-integer block
+# (`_philox_block`) reads them as they are, the vectorised one (`philox4x32`) as uint64.
+_MUL0, _MUL1 = 0xD2511F53, 0xCD9E8D57
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
-_LOW = np.uint64(0xFFFFFFFF)
+_MASK = 0xFFFFFFFF
+_M0, _M1, _LOW = np.uint64(_MUL0), np.uint64(_MUL1), np.uint64(_MASK)
 
 
 class Stream:
@@ -121,7 +124,7 @@ def _many_uniforms(seed: Seed, per_row: NDArray[np.uint64] | None, ids: NDArray[
     if per_row is None:
         counter[..., 2] = ids[:, None]
         key: tuple[int | NDArray[np.uint64], int | NDArray[np.uint64]] = (
-            int(seed) & 0xFFFFFFFF, int(seed) >> 32)  # type: ignore[arg-type]
+            int(seed) & _MASK, int(seed) >> 32)  # type: ignore[arg-type]
     else:
         key = ((per_row & _LOW)[:, None], (per_row >> np.uint64(32))[:, None])
     counter[..., 3] = stream
@@ -139,7 +142,7 @@ def _few_uniforms(seed: Seed, per_row: NDArray[np.uint64] | None, ids: NDArray[n
         key = int(seed) if per_row is None else int(per_row[b])  # type: ignore[arg-type]
         row = int(ids[b]) if per_row is None else 0
         for pair in range(pairs):
-            w0, w1, w2, w3 = _philox_block(pair, step, row, stream, key & 0xFFFFFFFF, key >> 32)
+            w0, w1, w2, w3 = _philox_block(pair, step, row, stream, key & _MASK, key >> 32)
             # Exact in float64: 27 + 26 bits, scaled by a power of two.
             draws += [((w0 >> 5) * 67108864.0 + (w1 >> 6)) / 9007199254740992.0,
                       ((w2 >> 5) * 67108864.0 + (w3 >> 6)) / 9007199254740992.0]
@@ -150,9 +153,9 @@ def _philox_block(c0: int, c1: int, c2: int, c3: int, k0: int, k1: int) -> tuple
     """`philox4x32` of one counter (four 32-bit words) under the key (k0, k1), in Python integers."""
     for r in range(10):
         if r:
-            k0, k1 = (k0 + _W0) & 0xFFFFFFFF, (k1 + _W1) & 0xFFFFFFFF
-        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
-        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & 0xFFFFFFFF, (p0 >> 32) ^ c3 ^ k1, p0 & 0xFFFFFFFF
+            k0, k1 = (k0 + _W0) & _MASK, (k1 + _W1) & _MASK
+        p0, p1 = _MUL0 * c0, _MUL1 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & _MASK, (p0 >> 32) ^ c3 ^ k1, p0 & _MASK
     return c0, c1, c2, c3
 
 
