@@ -155,7 +155,8 @@ def _first_argmax(xp: Any, logits: Array) -> Array:
     if _eager_torch_cpu(logits):
         import torch
 
-        return torch.from_numpy(np.argmax(logits.detach().numpy(), axis=-1)[..., None].astype(np.int64))
+        best = np.argmax(logits.detach().numpy(), axis=-1)[..., None]
+        return torch.from_numpy(best.astype(np.int64, copy=False))
     return xp.argmax(logits, axis=-1, keepdims=True)
 
 
