@@ -222,6 +222,21 @@ def test_check_tree_passes_and_catches_a_broken_rule(tmp_path: Path,
     assert "--draft: the tree sampler needs a draft model" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("smol")
+def test_check_tree_runs_a_hybrid_with_a_threshold(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`hybrid@T` runs on the tree sampler (copies, model drafts, per-row lengths), after
+    the prompt whose suffix recurs; `auto`'s gate needs the engine."""
+    common = ["check", "--draft", "hybrid@0.5", "--k", "2", "--n", "1000", "--settings", "t1.0",
+              "--plot", str(tmp_path / "check.png")]
+    assert main(common) == 0
+    out = capsys.readouterr().out
+    assert "tree sampler" in out and "The cat sat on the mat" in out and out.rstrip().endswith("check: PASS")
+    assert main(["check", "--sampler", "tree", "--draft", "auto", "--k", "2"]) == 2
+    assert "--draft: the tree sampler needs a draft model" in capsys.readouterr().err
+
+
 def test_greedy_prompts_are_many_and_distinct() -> None:
     prompts = bench.greedy_prompts()
     assert len(prompts) >= 20 and len(set(prompts)) == len(prompts)

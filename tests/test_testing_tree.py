@@ -85,6 +85,121 @@ def test_rows_split_into_calls_give_the_whole_sample() -> None:
     assert not np.array_equal(restarted[0], whole[0][180:])  # negative control
 
 
+# A confidence threshold (per-row draft length): each row keeps its drafts up to the first
+# below the threshold, as the engine does. Same harness as above (200,000 rows, M = 27,
+# tau ~= 0.0084 at false-failure <= 1e-4); the rule that drops that draft must fail.
+@pytest.mark.parametrize(("name", "k"), [(None, 3), ("drop-low-confidence", 2)])
+def test_a_confidence_threshold_follows_the_target_law_and_dropping_the_low_draft_does_not(
+        name: str | None, k: int) -> None:
+    target, drafter = _drafter()
+    model = drafter.model
+    sure = ModelDrafter(model, threshold=0.5) if name is None else broken.DRAFTERS[name](model)
+    spec, plain, _ = tree_samples(target, sure, np.array([PROMPT]), n=ROWS, k=k, params=SamplingParams(),
+                                  seed=8, batch=8192, chunk=50_000)
+    law = expected_law(target, SamplingParams())
+    result = goodness_of_fit(_outcomes(spec), law)
+    assert result.passed == (name is None), str(result)
+    assert goodness_of_fit(_outcomes(plain), law).passed
+
+
+def test_a_threshold_drafters_rows_are_the_engines_rows() -> None:
+    # Row b reads the uniforms and keeps the drafts that row b of `generate` does, so the
+    # samples agree token for token; without the threshold they differ (the sampler would
+    # otherwise test a fixed K under the threshold's name).
+    from specsample.generate import generate
+
+    target, drafter = _drafter()
+    sure = ModelDrafter(drafter.model, threshold=0.6)
+    params = SamplingParams(temperature=0.9)
+    spec, _, _ = tree_samples(target, sure, np.array([PROMPT]), n=400, k=3, params=params, seed=3)
+    engine = generate(target, sure, np.array([PROMPT] * 400), max_new_tokens=3, params=params, k=3,
+                      seed=3)
+    assert 0 < engine.metrics.drafted < 3 * engine.metrics.row_rounds  # rows stopped early
+    assert np.array_equal(spec, engine.sequences[:, len(PROMPT):])
+    fixed, _, _ = tree_samples(target, drafter, np.array([PROMPT]), n=400, k=3, params=params, seed=3)
+    assert not np.array_equal(fixed, spec)
+
+
+# A hybrid (prompt lookup's copies where the context repeats, the model elsewhere): a prompt
+# whose suffix recurs, so that rows mix copies and model drafts from the first round.
+HYBRID_PROMPT = [1, 2, 0, 2, 1, 2]
+
+
+def _law_after(target: object, prompt: list[int], params: SamplingParams) -> np.ndarray:
+    """The target's law of 3 tokens after `prompt`: [27], outcome 9 a + 3 b + c."""
+    from fractions import Fraction
+
+    from specsample.testing import autoregressive_law
+
+    def law(context: tuple[int, ...]) -> list[Fraction]:
+        row = np.array([float(x) for x in target.law(context)])  # type: ignore[attr-defined]
+        with np.errstate(divide="ignore"):
+            warped = [Fraction(float(x)) for x in warp(np.log(row), params)]
+        return [x / sum(warped) for x in warped]
+
+    out = np.zeros(VOCAB**3)
+    for (a, b, c), prob in autoregressive_law(law, prompt, length=3, vocab_size=VOCAB).items():
+        out[a * 9 + b * 3 + c] = float(prob)
+    return out
+
+
+def test_a_hybrids_rows_are_the_engines_rows() -> None:
+    # Copies, model drafts and (with a threshold) per-row lengths, each row's own uniforms:
+    # token for token what `generate` gives the same rows.
+    from specsample.generate import generate
+    from specsample.hybrid import HybridDrafter
+
+    target, drafter = _drafter()
+    params = SamplingParams(temperature=0.9)
+    for inner in (drafter, ModelDrafter(drafter.model, threshold=0.6)):
+        hybrid = HybridDrafter(inner)
+        spec, _, _ = tree_samples(target, hybrid, np.array([HYBRID_PROMPT]), n=400, k=2, params=params,
+                                  seed=3)
+        engine = generate(target, hybrid, np.array([HYBRID_PROMPT] * 400), max_new_tokens=3,
+                          params=params, k=2, seed=3)
+        assert engine.metrics.copied_trials_at and engine.metrics.trials_at  # both kinds ran
+        assert np.array_equal(spec, engine.sequences[:, len(HYBRID_PROMPT):])
+    model_only, _, _ = tree_samples(target, drafter, np.array([HYBRID_PROMPT]), n=400, k=2, params=params,
+                                    seed=3)
+    assert not np.array_equal(model_only, spec)  # the copies made a difference
+
+
+@pytest.mark.parametrize("name", [None, "resample-from-p"])
+def test_a_hybrid_follows_the_target_law_and_a_broken_rule_does_not(name: str | None) -> None:
+    # 200,000 rows, M = 27 outcomes, as above.
+    from specsample.hybrid import HybridDrafter
+
+    target, drafter = _drafter()
+    hybrid = HybridDrafter(ModelDrafter(drafter.model, threshold=0.5))
+    verifier = verify if name is None else broken.VERIFIERS[name]
+    spec, plain, _ = tree_samples(target, hybrid, np.array([HYBRID_PROMPT]), n=ROWS, k=2,
+                                  params=SamplingParams(), seed=11, batch=8192, chunk=50_000,
+                                  verifier=verifier)
+    law = _law_after(target, HYBRID_PROMPT, SamplingParams())
+    result = goodness_of_fit(_outcomes(spec), law)
+    assert result.passed == (name is None), str(result)
+    assert goodness_of_fit(_outcomes(plain), law).passed
+
+
+def test_the_tree_sampler_refuses_an_auto_hybrid() -> None:
+    from specsample.hybrid import HybridDrafter
+
+    target, drafter = _drafter()
+    with pytest.raises(TypeError, match="drafter: an `auto` hybrid's gate"):
+        tree_samples(target, HybridDrafter(drafter, cost_ratio=0.5), np.array([PROMPT]), n=10, k=2,
+                     params=SamplingParams(), seed=0)
+
+
+def test_prefix_laws_keep_further_arrays_per_prefix() -> None:
+    target, _ = models()
+    laws = PrefixLaws(target, np.array([PROMPT]), lambda x: (np.exp(x), np.exp(x), 2 * x), depth=1)
+    keys = [(1,), (), (1,)]
+    draw, _ = laws.rows(keys)
+    assert np.allclose(laws.column(keys, 2), 2 * np.log(draw))
+    with pytest.raises(ValueError, match="law: expected \\(the law to sample from"):
+        PrefixLaws(target, np.array([PROMPT]), lambda x: (x,), depth=1)
+
+
 class _Counting:
     """A Model that counts the tokens it is fed."""
 

@@ -17,6 +17,7 @@ from specsample.bench import next_logits
 from specsample.cli.options import add_model_options, config_from_args, sampling_given
 from specsample.config import DEFAULT_K, Config
 from specsample.drafters import ModelDrafter
+from specsample.hybrid import HybridDrafter
 from specsample.params import SamplingParams
 from specsample.protocols import FeatureDrafter
 from specsample.runner import Runner, load
@@ -53,7 +54,8 @@ def add_parser(sub: Any) -> None:
                         help="tree: exact laws per distinct prefix, shared by rows (large n); "
                              "engine: the backend's own generate, caches and all (smaller n); "
                              "auto: tree where the backend runs the core round with a model "
-                             "draft (e.g. --draft int8) or a tree drafter (suffix-tree), else engine")
+                             "draft (e.g. --draft int8, int8@0.5), a hybrid (hybrid, hybrid@0.5) "
+                             "or a tree drafter (suffix-tree), else engine")
     parser.add_argument("--n", "--samples", dest="n", type=int, default=None,
                         help="samples per method and setting (--samples under torchrun, whose "
                              "own options --nnodes, --nproc-per-node make --n ambiguous; default: "
@@ -68,7 +70,7 @@ def add_parser(sub: Any) -> None:
                              f"--temperature/--top-k/--top-p/--min-p or the config set one)")
     parser.add_argument("--prompt", default=None,
                         help="the (raw, not chat-formatted) prompt (default: one whose first token "
-                             "has spread; for a tree drafter, one whose suffix recurs)")
+                             "has spread; for a tree drafter or a hybrid, one whose suffix recurs)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="false-failure rate of each test")
     parser.add_argument("--broken", choices=sorted([*broken.VERIFIERS, *broken.TREE_VERIFIERS]),
                         default=None, help="swap the acceptance rule for a known-wrong one (a negative "
@@ -182,6 +184,12 @@ def _constant_k(k: int | str | None) -> None:
                          f"--sampler engine)")
 
 
+def _copies(drafter: Any) -> bool:
+    """A `hybrid` (prompt lookup's copies, a model elsewhere, no cost gate): the tree sampler
+    runs it (an `auto` hybrid's gate reads each row's record and the batch: the engine)."""
+    return isinstance(drafter, HybridDrafter) and drafter.cost_ratio is None
+
+
 def _mode(args: argparse.Namespace, runner: Runner) -> str:
     """Pick and validate the sampler for the backend and drafter; fill in the default n."""
     config, drafter = runner.config, runner.drafter
@@ -191,7 +199,8 @@ def _mode(args: argparse.Namespace, runner: Runner) -> str:
     # tree per distinct context; a feature head also needs the target's features of each
     # round, which only the engine gives it.
     trees = isinstance(drafter, TreeDrafter)
-    tree_ok = trees or (isinstance(drafter, ModelDrafter) and not isinstance(drafter, FeatureDrafter))
+    inner = drafter.model if isinstance(drafter, HybridDrafter) and _copies(drafter) else drafter
+    tree_ok = trees or (isinstance(inner, ModelDrafter) and not isinstance(inner, FeatureDrafter))
     if args.sampler == "auto":
         args.sampler = "engine" if own_engine or not tree_ok else "tree"
     if args.broken is not None and (args.broken in broken.TREE_VERIFIERS) != trees:
@@ -205,8 +214,8 @@ def _mode(args: argparse.Namespace, runner: Runner) -> str:
             _constant_k(config.k)
         if not tree_ok:
             raise ValueError(f"--draft: the tree sampler needs a draft model (int8, early-exit:N "
-                             f"or a model) or a tree drafter (suffix-tree), got {config.draft!r} "
-                             f"(or use --sampler engine)")
+                             f"or a model, with or without @THRESHOLD), a hybrid of one, or a tree "
+                             f"drafter (suffix-tree), got {config.draft!r} (or use --sampler engine)")
         if args.rows is not None:
             raise ValueError(f"--rows: only the engine sampler draws in calls of rows, got {args.rows} "
                              f"with the tree sampler (or use --sampler engine)")
@@ -266,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
     runner = load(config)
     backend, tokenizer = runner.backend, runner.tokenizer
     if args.prompt is None:
-        args.prompt = COPY_PROMPT if isinstance(runner.drafter, TreeDrafter) else PROMPT
+        copies = isinstance(runner.drafter, TreeDrafter) or _copies(runner.drafter)
+        args.prompt = COPY_PROMPT if copies else PROMPT
     prompt = backend.asarray([tokenizer.encode(args.prompt)])  # raw text: no chat template
     verifier = get_verifier(config.verifier) if args.broken is None else \
         {**broken.VERIFIERS, **broken.TREE_VERIFIERS}[args.broken]

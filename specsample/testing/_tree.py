@@ -42,7 +42,9 @@ from specsample.warp import warp
 __all__ = ["PrefixLaws", "tree_samples"]
 
 Key = tuple[int, ...]
-LawFn = Callable[[Array], tuple[Array, Array]]
+LawFn = Callable[[Array], tuple[Array, ...]]
+# generated ids of each row -> (rows that copy, their copies [R, k])
+Copier = Callable[[list[NDArray[np.int64]]], tuple[NDArray[np.bool_], NDArray[np.int64]]]
 
 
 def _take_rows(buffers: Any, index: Array) -> Any:
@@ -64,7 +66,8 @@ class PrefixLaws:
     Args:
         model: the model.
         prompt: int64 [1, T], T >= 1, of the model's array library.
-        law: logits [N, V] -> (the law to sample from, the law to report), each [N, V]; e.g.
+        law: logits [N, V] -> (the law to sample from, the law to report, any further
+            per-prefix arrays, e.g. the logits for a confidence rule), each [N, ...]; e.g.
             `lambda x: (warp(x, params),) * 2` for a target, a drafter's `laws` for a draft.
         depth: the longest prefix asked for (generated ids after the prompt).
         batch: rows times tokens per forward when filling in prefixes.
@@ -83,17 +86,20 @@ class PrefixLaws:
         self.width = int(prompt.shape[1])
         self.xp = namespace(prompt)
         logits, self.cache = model.forward(prompt, model.new_cache(1, self.width + max(self.depth, 1)))
-        self.table: dict[Key, tuple[Array, Array]] = {}
+        self.table: dict[Key, tuple[Array, ...]] = {}
         self.computed = 0  # laws computed so far (a forgotten one computed again counts twice)
         self._store([()], logits[:, -1, :])
         self.forwarded = 0  # prefix tokens fed so far, beyond the prompt
 
     def _store(self, keys: Sequence[Key], logits: Array) -> None:
         self.computed += len(keys)
-        draw, report = self.law(logits)
+        draw, *rest = self.law(logits)
+        if not rest:
+            raise ValueError("law: expected (the law to sample from, the law to report, ...), "
+                             "got one array")
         for i, key in enumerate(keys):
             row = draw[i]
-            self.table[key] = (row, row if report is draw else report[i])
+            self.table[key] = (row, *(row if more is draw else more[i] for more in rest))
 
     def fill(self, keys: Iterable[Key]) -> None:
         """Compute the laws after every prefix in `keys` not yet known (shorter ones first)."""
@@ -125,9 +131,14 @@ class PrefixLaws:
         """The laws (to sample from, to report) after each prefix: two arrays [len(keys), V]."""
         self.fill(keys)
         laws = [self.table[k] for k in keys]
-        draw = self.xp.stack([d for d, _ in laws])
-        same = all(d is r for d, r in laws)
-        return draw, (draw if same else self.xp.stack([r for _, r in laws]))
+        draw = self.xp.stack([law[0] for law in laws])
+        same = all(law[1] is law[0] for law in laws)
+        return draw, (draw if same else self.xp.stack([law[1] for law in laws]))
+
+    def column(self, keys: Sequence[Key], index: int) -> Array:
+        """The `index`-th array the law gave after each prefix, stacked: [len(keys), ...]."""
+        self.fill(keys)
+        return self.xp.stack([self.table[k][index] for k in keys])
 
     def forget(self, length: int) -> None:
         """Drop the laws after prefixes of `length` or more ids (to bound memory)."""
@@ -157,13 +168,25 @@ def _on(u: NDArray[np.float64], like: Array) -> Array:
 
 def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], *, k: int,
                  length: int, cut: int, seed: int, row_ids: NDArray[np.int64],
-                 verifier: Callable[..., Verdict], batch: int) -> None:
+                 verifier: Callable[..., Verdict], batch: int,
+                 kept: Callable[[Array], Array] | None = None,
+                 copies: Copier | None = None) -> None:
     """Fill `out` [R, length] with rounds of drafting k tokens and verifying them.
 
     The laws every active row needs at a step are filled in first, in large batches; rows
     then draw and verify in small batches (V-wide work per row stays in cache-sized blocks).
     Round t of row b (global index `row_ids[b]`) reads `round_uniforms(seed, t)` of that
     row, as the generate loop lays them out: drafts, acceptance, final token.
+
+    With `kept` (confidences [A, k] -> drafts kept per row, as a threshold drafter's `kept`),
+    the draft's third per-prefix array holds its logits; each row drafts all k tokens, keeps
+    the first L_b and is verified with `draft_lengths`, as the engine verifies a round whose
+    rows stopped drafting early (drafts past L_b are never read, so drafting them changes
+    no law). Target laws past a row's L_b are not needed: those keys repeat the one at L_b.
+
+    With `copies` (each active row's generated ids -> (rows that copy, their k copied ids),
+    as `HybridDrafter` decides from the row's whole context), a copying row proposes its copy
+    (q one-hot, all k kept) and reads no draft law; the others draft from the model.
     """
     depth = np.zeros(out.shape[0], dtype=np.int64)
     xp = target.xp
@@ -171,24 +194,77 @@ def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], 
     while (active := np.flatnonzero(depth < length)).size:
         u = round_uniforms(seed, step, active.size, k, row_ids=row_ids[active])  # [A, 2k + 1]
         drafted = np.zeros((active.size, k), dtype=np.int64)
+        copy, copied = (None, None) if copies is None else copies([out[r, :depth[r]] for r in active])
         draft_keys = []
         for i in range(k):
             keys = _keys(out, active, depth, drafted[:, :i], cut)
+            if copy is not None:  # a copying row reads no draft law: the prompt's stands in
+                keys = [() if copy[j] else key for j, key in enumerate(keys)]
             draft.fill(keys)
             draft_keys.append(keys)
             for s in range(0, active.size, batch):
                 law, _ = draft.rows(keys[s:s + batch])
                 drafted[s:s + batch, i] = _numpy(sample(law, _on(u[s:s + batch, i], law), check=False))
+        lengths = None if kept is None else _kept_lengths(draft, draft_keys, drafted, kept)
+        if copy is not None and copied is not None:
+            drafted[copy] = copied[copy]
+            if lengths is not None:
+                lengths[copy] = k
         target_keys = [_keys(out, active, depth, drafted[:, :j], cut) for j in range(k + 1)]
+        if lengths is not None:
+            target_keys = [[target_keys[min(j, int(lengths[b]))][b] for b in range(active.size)]
+                           for j in range(k + 1)]
         target.fill(key for keys in target_keys for key in keys)
         for s in range(0, active.size, batch):
             rows = active[s:s + batch]
             q = xp.stack([draft.rows(keys[s:s + batch])[1] for keys in draft_keys], axis=1)
             p = xp.stack([target.rows(keys[s:s + batch])[0] for keys in target_keys], axis=1)
             tokens = xp.asarray(drafted[s:s + batch], dtype=xp.int64, device=device(p))
-            verdict = verifier(tokens, q, p, _on(u[s:s + batch, k:], p), check=False)
+            if copy is not None:
+                ids = xp.arange(int(q.shape[2]), dtype=xp.int64, device=device(q))
+                one_hot = xp.astype(tokens[..., None] == ids, q.dtype)
+                here = xp.asarray(copy[s:s + batch], device=device(q))[:, None, None]
+                q = xp.where(here, one_hot, q)
+            extra = {} if lengths is None else {
+                "draft_lengths": xp.asarray(lengths[s:s + batch], dtype=xp.int64, device=device(p))}
+            verdict = verifier(tokens, q, p, _on(u[s:s + batch, k:], p), check=False, **extra)
             _commit(out, depth, rows, verdict, length)
         step += 1
+
+
+def _kept_lengths(draft: PrefixLaws, draft_keys: list[list[Key]], drafted: NDArray[np.int64],
+                  kept: Callable[[Array], Array]) -> NDArray[np.int64]:
+    """Drafts each row keeps: `kept` of the draft's confidence in each drafted token, read
+    from the logits after the prefix it was drafted after (`token_confidence`)."""
+    from specsample.drafters import token_confidence  # the drafters sit above the testing kit
+
+    confidence = []
+    for i, keys in enumerate(draft_keys):
+        logits = draft.column(keys, 2)
+        xp = namespace(logits)
+        confidence.append(token_confidence(logits, xp.asarray(drafted[:, i], dtype=xp.int64,
+                                                             device=device(logits))))
+    xp = namespace(confidence[0])
+    return _numpy(kept(xp.stack(confidence, axis=1))).astype(np.int64)
+
+
+def _copier(lookup: Any, prompt: NDArray[np.int64], k: int, *, like: Array) -> Copier:
+    """generated ids per row -> (rows for which prompt lookup copies all k ids, the copies
+    [R, k]), from each row's whole context (prompt, then its ids), as `HybridDrafter.propose`
+    reads it."""
+    xp = namespace(like)
+
+    def copies(generated: list[NDArray[np.int64]]) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+        width = int(prompt.shape[1]) + max(len(g) for g in generated)
+        tokens = np.zeros((len(generated), width), dtype=np.int64)
+        for i, g in enumerate(generated):
+            tokens[i, : prompt.shape[1] + len(g)] = np.concatenate([prompt[0], g])
+        lengths = np.array([prompt.shape[1] + len(g) for g in generated], dtype=np.int64)
+        matched, copied = lookup.lengths_and_copies(xp.asarray(tokens, device=device(like)),
+                                                    xp.asarray(lengths, device=device(like)), k)
+        return _numpy(matched) == k, _numpy(copied.tokens).astype(np.int64)
+
+    return copies
 
 
 def _commit(out: NDArray[np.int64], depth: NDArray[np.int64], rows: NDArray[np.intp], verdict: Any,
@@ -298,7 +374,10 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
     Args:
         target: the target Model.
         drafter: a model drafter: a `model` (a Model) and `laws(logits, params, check=)`,
-            as `ModelDrafter`; or a tree drafter of deterministic trees (`propose_tree`,
+            as `ModelDrafter` (with a `threshold`, each row keeps the drafts its `kept`
+            rule keeps, as the engine does); a `hybrid` (`HybridDrafter` without a cost:
+            prompt lookup's copies where the row's context repeats, that model drafter
+            elsewhere); or a tree drafter of deterministic trees (`propose_tree`,
             `nodes`, `depth`, as `SuffixTreeDrafter`), whose rounds are verified by
             `verify_tree` (k is then unused: the budget is the drafter's).
         prompt: int64 [1, T] ids.
@@ -327,6 +406,15 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
     """
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params: expected SamplingParams, got {type(params).__name__}")
+    from specsample.hybrid import HybridDrafter  # the drafters sit above the testing kit
+
+    lookup = None
+    if isinstance(drafter, HybridDrafter):
+        if drafter.cost_ratio is not None:
+            raise TypeError("drafter: an `auto` hybrid's gate reads each row's record and the "
+                            "batch's widths, which the tree sampler does not model; sample "
+                            "through the engine (or use `hybrid`)")
+        lookup, drafter = drafter.lookup, drafter.model
     model = getattr(drafter, "model", None)
     tree = callable(getattr(drafter, "propose_tree", None))
     if isinstance(drafter, FeatureDrafter):
@@ -345,9 +433,14 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         p = warp(logits, params)
         return p, p
 
-    def draft_law(logits: Array) -> tuple[Array, Array]:
-        return drafter.laws(logits, params, check=True)  # type: ignore[no-any-return]
+    threshold = None if tree else getattr(drafter, "threshold", None)
+    kept = None if threshold is None else (lambda confidence: drafter.kept(confidence, threshold))
 
+    def draft_law(logits: Array) -> tuple[Array, ...]:
+        laws = drafter.laws(logits, params, check=True)
+        return laws if threshold is None else (*laws, logits)  # logits: the confidence rule's
+
+    copies = None if lookup is None else _copier(lookup, _numpy(prompt).astype(np.int64), k, like=prompt)
     p = PrefixLaws(target, prompt, target_law, depth=cut)
     q = None if tree else PrefixLaws(model, prompt, draft_law, depth=cut)  # type: ignore[arg-type]
     if tree:
@@ -368,7 +461,7 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
                               cut=cut, seed=seed, row_ids=ids, verifier=rule, batch=batch)
         else:
             _speculative(p, q, spec[block], k=k, length=length, cut=cut, seed=seed, row_ids=ids,
-                         verifier=verifier, batch=batch)
+                         verifier=verifier, batch=batch, kept=kept, copies=copies)
         _plain(p, plain[block], length=length, seed=seed, row_ids=ids, batch=batch)
         if progress is not None:
             progress(2 * (block.stop - block.start))
