@@ -169,7 +169,7 @@ def _on(u: NDArray[np.float64], like: Array) -> Array:
 def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], *, k: int,
                  length: int, cut: int, seed: int, row_ids: NDArray[np.int64],
                  verifier: Callable[..., Verdict], batch: int,
-                 kept: Callable[[Array], Array] | None = None,
+                 kept: Callable[[Array], Array] | None = None, threshold: float = 0.0,
                  copies: Copier | None = None) -> None:
     """Fill `out` [R, length] with rounds of drafting k tokens and verifying them.
 
@@ -178,11 +178,12 @@ def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], 
     Round t of row b (global index `row_ids[b]`) reads `round_uniforms(seed, t)` of that
     row, as the generate loop lays them out: drafts, acceptance, final token.
 
-    With `kept` (confidences [A, k] -> drafts kept per row, as a threshold drafter's `kept`),
-    the draft's third per-prefix array holds its logits; each row drafts all k tokens, keeps
-    the first L_b and is verified with `draft_lengths`, as the engine verifies a round whose
-    rows stopped drafting early (drafts past L_b are never read, so drafting them changes
-    no law). Target laws past a row's L_b are not needed: those keys repeat the one at L_b.
+    With `kept` (confidences [A, k] -> drafts kept per row, as a threshold drafter's `kept`)
+    and its `threshold`, the draft's third per-prefix array holds its logits; a row keeps
+    the first L_b drafts and is verified with `draft_lengths`, as the engine verifies a round
+    whose rows stopped drafting early. Once a row's confidence fell below the threshold its
+    later drafts are never read: they repeat its last law (no new prefix), and its target
+    keys past L_b repeat the one at L_b.
 
     With `copies` (each active row's generated ids -> (rows that copy, their k copied ids),
     as `HybridDrafter` decides from the row's whole context), a copying row proposes its copy
@@ -195,17 +196,27 @@ def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], 
         u = round_uniforms(seed, step, active.size, k, row_ids=row_ids[active])  # [A, 2k + 1]
         drafted = np.zeros((active.size, k), dtype=np.int64)
         copy, copied = (None, None) if copies is None else copies([out[r, :depth[r]] for r in active])
-        draft_keys = []
+        draft_keys: list[list[Key]] = []
+        confidence: list[NDArray[Any]] = []
+        stopped = np.zeros(active.size, dtype=bool)
         for i in range(k):
             keys = _keys(out, active, depth, drafted[:, :i], cut)
             if copy is not None:  # a copying row reads no draft law: the prompt's stands in
                 keys = [() if copy[j] else key for j, key in enumerate(keys)]
+            if i and stopped.any():  # a stopped row's later drafts are never read: no new law
+                keys = [draft_keys[-1][j] if stopped[j] else key for j, key in enumerate(keys)]
             draft.fill(keys)
             draft_keys.append(keys)
             for s in range(0, active.size, batch):
                 law, _ = draft.rows(keys[s:s + batch])
                 drafted[s:s + batch, i] = _numpy(sample(law, _on(u[s:s + batch, i], law), check=False))
-        lengths = None if kept is None else _kept_lengths(draft, draft_keys, drafted, kept)
+            if kept is not None:
+                confidence.append(_confidence(draft, keys, drafted[:, i], batch))
+                stopped |= confidence[-1] < threshold
+        lengths = None
+        if kept is not None:
+            got = target.xp.asarray(np.stack(confidence, axis=1), device=device(target.cache.lengths))
+            lengths = _numpy(kept(got)).astype(np.int64)
         if copy is not None and copied is not None:
             drafted[copy] = copied[copy]
             if lengths is not None:
@@ -232,20 +243,20 @@ def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], 
         step += 1
 
 
-def _kept_lengths(draft: PrefixLaws, draft_keys: list[list[Key]], drafted: NDArray[np.int64],
-                  kept: Callable[[Array], Array]) -> NDArray[np.int64]:
-    """Drafts each row keeps: `kept` of the draft's confidence in each drafted token, read
-    from the logits after the prefix it was drafted after (`token_confidence`)."""
+def _confidence(draft: PrefixLaws, keys: list[Key], tokens: NDArray[np.int64], batch: int
+                ) -> NDArray[Any]:
+    """The draft's confidence in each drafted token (`token_confidence`, in the logits' dtype),
+    read from the logits after the prefix it was drafted after (the draft table's third
+    array): [A]."""
     from specsample.drafters import token_confidence  # the drafters sit above the testing kit
 
-    confidence = []
-    for i, keys in enumerate(draft_keys):
-        logits = draft.column(keys, 2)
+    parts = []
+    for s in range(0, len(keys), batch):
+        logits = draft.column(keys[s:s + batch], 2)
         xp = namespace(logits)
-        confidence.append(token_confidence(logits, xp.asarray(drafted[:, i], dtype=xp.int64,
-                                                             device=device(logits))))
-    xp = namespace(confidence[0])
-    return _numpy(kept(xp.stack(confidence, axis=1))).astype(np.int64)
+        picked = xp.asarray(tokens[s:s + batch], dtype=xp.int64, device=device(logits))
+        parts.append(_numpy(token_confidence(logits, picked)))
+    return np.concatenate(parts)
 
 
 def _copier(lookup: Any, prompt: NDArray[np.int64], k: int, *, like: Array) -> Copier:
@@ -461,7 +472,8 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
                               cut=cut, seed=seed, row_ids=ids, verifier=rule, batch=batch)
         else:
             _speculative(p, q, spec[block], k=k, length=length, cut=cut, seed=seed, row_ids=ids,
-                         verifier=verifier, batch=batch, kept=kept, copies=copies)
+                         verifier=verifier, batch=batch, kept=kept, threshold=threshold or 0.0,
+                         copies=copies)
         _plain(p, plain[block], length=length, seed=seed, row_ids=ids, batch=batch)
         if progress is not None:
             progress(2 * (block.stop - block.start))
