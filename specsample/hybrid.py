@@ -7,7 +7,7 @@ Also the drafter-name syntax every backend shares on top of its own names:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from specsample._array import Array, device, host_ints, namespace
@@ -101,6 +101,7 @@ class HybridDrafter:
         self.prior = (float(prior_alpha), float(prior_weight))
         self.width_cost = width_cost
         self.round_cost = None if width_cost is None else self._round_cost
+        self.choice: str | None = None  # how `choose_model` picked the model, if it did
 
     def _round_cost(self, batch: int, drafts: int, *, modelled: bool = True) -> float:
         """A round of `drafts` per row at `batch` rows, in plain steps: the wider verify, plus,
@@ -113,6 +114,10 @@ class HybridDrafter:
 
     def describe(self, k: int) -> str:
         """What the drafter does at K = k, and why (for a command line to print)."""
+        told = self._describe(k)
+        return told if self.choice is None else f"{told}; {self.choice}"
+
+    def _describe(self, k: int) -> str:
         if self.cost_ratio is None:
             return "prompt lookup where the context repeats, the draft model elsewhere"
         if self.width_cost is not None:
@@ -322,7 +327,8 @@ def split_name(name: str, *, default_model: str) -> tuple[str | None, str, float
 
 def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model: str,
                     cost: Callable[[ModelDrafter], float] | None = None,
-                    width_cost: Callable[[int, int], float] | None = None) -> Drafter:
+                    width_cost: Callable[[int, int], float] | None = None,
+                    candidates: Sequence[str] = ()) -> Drafter:
     """A backend's drafter by name, with the shared syntax on top of its own names.
 
     "NAME@T": the model drafter NAME stopping each row at confidence T (see `ModelDrafter`);
@@ -330,10 +336,15 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
     repeats, NAME elsewhere; "hybrid@T" / "hybrid:NAME@T" combine both; "auto" or
     "auto:NAME": the hybrid whose model drafts only where Thm 3.8 predicts them faster
     than plain steps, with c measured by `cost`, and, given `width_cost`, rounds of a batch
-    narrowed where their width costs more than it gains (see `HybridDrafter`). Other names
-    go to `load` unchanged.
+    narrowed where their width costs more than it gains (see `HybridDrafter`). A bare
+    "auto" with `candidates` (model names) takes the one `choose_model` predicts fastest
+    here instead of `default_model`. Other names go to `load` unchanged.
     """
     kind, inner, threshold = split_name(name, default_model=default_model)
+    if name == "auto" and candidates:
+        if cost is None:
+            raise ValueError(f"draft: {name!r} needs a backend that measures the draft's cost")
+        return choose_model(candidates, load, cost=cost, width_cost=width_cost)
     drafter = load(inner)
     if threshold is None and kind is None:
         return drafter
@@ -348,3 +359,47 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
             raise ValueError(f"draft: {name!r} needs a backend that measures the draft's cost")
         return hybrid(drafter, cost_ratio=cost(drafter), width_cost=width_cost)
     return hybrid(drafter) if kind else drafter
+
+
+# The acceptance assumed for a model draft before any evidence, unless the drafter states
+# its own (`prior_alpha`, e.g. a trained head's held-out acceptance from its card).
+PRIOR_ALPHA = 0.8
+
+
+def choose_model(candidates: Sequence[str], load: Callable[[str], Drafter], *,
+                 cost: Callable[[ModelDrafter], float],
+                 width_cost: Callable[[int, int], float] | None = None) -> HybridDrafter:
+    """`auto`'s model: of the `candidates` that load for this target, the one whose one-draft
+    round Thm 3.8 rates fastest here: (1 + alpha) / (c + cost(2 positions)), with c measured
+    by `cost`, alpha the drafter's `prior_alpha` (else `PRIOR_ALPHA`) and the verify's cost
+    from `width_cost` (else 1). A candidate that does not load (FileNotFoundError or
+    ValueError: e.g. no head trained for this target) is left out, and said so.
+
+    Returns:
+        The `auto` hybrid over that model, its prior the model's; `choice` says why.
+    """
+    if isinstance(candidates, str) or not candidates:
+        raise ValueError(f"candidates: expected a non-empty sequence of model names, got {candidates!r}")
+    wide = 1.0 if width_cost is None else float(width_cost(1, 2))
+    rated, skipped = [], []
+    for name in candidates:
+        try:
+            drafter = load(name)
+        except (FileNotFoundError, ValueError) as err:
+            skipped.append(f"{name} ({err})")
+            continue
+        if not isinstance(drafter, ModelDrafter):
+            raise ValueError(f"candidates: {name!r} is not a model draft ({type(drafter).__name__})")
+        c, alpha = float(cost(drafter)), float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
+        rated.append(((1 + alpha) / (c + wide), name, drafter, c, alpha))
+    if not rated:
+        raise ValueError(f"candidates: none loads for this target: {'; '.join(skipped)}")
+    rated.sort(key=lambda r: -r[0])
+    _, name, drafter, c, alpha = rated[0]
+    hybrid = FeatureHybridDrafter if isinstance(drafter, FeatureDrafter) else HybridDrafter
+    chosen = hybrid(drafter, cost_ratio=c, width_cost=width_cost, prior_alpha=alpha)
+    chosen.choice = ("model " + ", ".join(
+        f"{n}: c = {cc:.2f}, prior alpha {a:.2f}, a one-draft round at {r:.2f} plain steps' tokens per cost"
+        for r, n, _, cc, a in rated) + f"; chose {name}" +
+        (f" (left out: {'; '.join(skipped)})" if skipped else ""))
+    return chosen

@@ -17,7 +17,7 @@ from specsample_backends.torch import _distill_prompts as _prompts
 from specsample_backends.torch import distill as distill_module
 from specsample_backends.torch._distill_prompts import code_snippets, grounded_prompts, open_prompts
 from specsample_backends.torch.distill import distill
-from specsample_backends.torch.head import load_head
+from specsample_backends.torch.head import head_prior, load_head
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specsample.bench.prompts import greedy_prompts
@@ -87,6 +87,17 @@ def test_distill_is_seeded_learns_and_loads(tmp_path, tiny: HFModel) -> None:  #
     assert torch.equal(generate(tiny, drafter, ids, max_new_tokens=8, params=greedy, k=2).sequences,
                        generate_plain(tiny, ids, max_new_tokens=8, params=greedy).sequences)
     assert head.fc.weight.dtype == torch.float32  # stored as float16, loaded in the target's dtype
+    # `auto` weighs a head with its card's held-out alpha as the prior (none: 0.5; bad: an error).
+    assert drafter.prior_alpha == cards[0]["held_out_alpha"]["all"]  # type: ignore[attr-defined]
+    card = json.loads((tmp_path / "0.json").read_text())
+    for alpha, want in ((None, 0.5), (1.5, "held-out alpha 1.5, expected a rate in")):
+        card["held_out_alpha"] = {} if alpha is None else {"all": alpha}
+        (tmp_path / "0.json").write_text(json.dumps(card))
+        if isinstance(want, float):
+            assert head_prior(tmp_path / "0.safetensors") == want
+        else:
+            with pytest.raises(ValueError, match=want):
+                head_prior(tmp_path / "0.safetensors")
     with pytest.raises(ValueError, match=r"path: expected a \.safetensors file name"):
         distill(tiny, tokenizer, PLAN, tmp_path / "head.bin")
 

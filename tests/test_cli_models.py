@@ -167,7 +167,7 @@ def test_bench_writes_json_and_pngs(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert spec["efficiency"] == pytest.approx(rate / base / spec["predicted_speedup"])
     assert spec["efficiency_per_prompt"]["n_prompts"] == 1
     assert records[("plain", 0.0)]["variant"] in {"plain_ours", "plain_hf"}
-    # The default drafter (auto, K = AUTO_K = 8) copies and drafts from the int8 model:
+    # The default drafter (auto, K = AUTO_K = 8) copies and drafts from the model it chose:
     # transformers' prompt lookup (at 4, 10 and K) and its int8 assistant (its own schedule
     # and K-matched) are its peers.
     assert set(records[("hf_assisted", 0.7)]["variants_tokens_per_s"]) == {

@@ -28,7 +28,7 @@ from ._fast import DenseLinear, LlamaLayer, LlamaStack, attention_mask, embed, h
 from ._forward import llama_layers
 from .model import HFModel
 
-__all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "load_head", "save_head"]
+__all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "head_prior", "load_head", "save_head"]
 
 # The head trained for the embedded SmolLM2-135M-Instruct (`specsample distill` writes it).
 SHIPPED = Path(__file__).with_name("heads") / "smollm2-135m-instruct.safetensors"
@@ -240,6 +240,18 @@ def save_head(head: DraftHead, path: str | Path, card: dict[str, Any]) -> Path:
     card_path = path.with_suffix(".json")
     card_path.write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
     return card_path
+
+
+def head_prior(path: str | Path) -> float:
+    """The acceptance to assume for a head before any evidence: its card's held-out alpha over
+    all prompts (`specsample distill` measures it), or 0.5 where the card has none."""
+    card = json.loads(Path(path).with_suffix(".json").read_text())
+    alpha = card.get("held_out_alpha", {}).get("all")
+    if alpha is None:
+        return 0.5
+    if not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        raise ValueError(f"head: the card of {path} gives held-out alpha {alpha!r}, expected a rate in [0, 1]")
+    return float(alpha)
 
 
 def load_head(path: str | Path, target: HFModel) -> DraftHead:

@@ -203,7 +203,12 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) ->
     """
     return compose_drafter(name, lambda inner: _named_drafter(inner, target, target_tokenizer),
                            default_model="int8", cost=lambda drafter: _cost_ratio(target, drafter),
-                           width_cost=_width_cost(target))
+                           width_cost=_width_cost(target), candidates=AUTO_MODELS)
+
+
+# The models a bare "auto" weighs (`specsample.hybrid.choose_model`): the shipped head where
+# it was trained for this target, and the int8 self-draft.
+AUTO_MODELS = ("head", "int8")
 
 
 def _width_cost(target: HFModel) -> Callable[[int, int], float]:
@@ -238,10 +243,12 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
     if name == "head" or name.startswith("head:"):
         from specsample.feature import HeadDrafter
 
-        from .head import SHIPPED, HeadModel, load_head
+        from .head import SHIPPED, HeadModel, head_prior, load_head
 
         path = name.removeprefix("head:") if name != "head" else SHIPPED
-        return HeadDrafter(HeadModel(load_head(path, target)))
+        drafter = HeadDrafter(HeadModel(load_head(path, target)))
+        drafter.prior_alpha = head_prior(path)  # type: ignore[attr-defined]
+        return drafter
     if name.startswith("early-exit:"):
         count = name.removeprefix("early-exit:")
         if not count.isdigit():

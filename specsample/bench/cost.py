@@ -127,7 +127,7 @@ class WidthCost:
         repeats: timed forwards of each width (>= 1).
     """
 
-    def __init__(self, target: Model, prompt: Any, *, repeats: int = 5) -> None:
+    def __init__(self, target: Model, prompt: Any, *, repeats: int = 9) -> None:
         if not isinstance(target, Model):
             raise TypeError(f"target: expected a Model, got {type(target).__name__}")
         if len(prompt.shape) != 2 or int(prompt.shape[0]) != 1 or int(prompt.shape[1]) < 1:
