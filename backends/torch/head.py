@@ -250,7 +250,8 @@ def head_prior(path: str | Path) -> float:
     if alpha is None:
         return 0.5
     if not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        raise ValueError(f"head: the card of {path} gives held-out alpha {alpha!r}, expected a rate in [0, 1]")
+        raise ValueError(f"head: the card of {path} gives held-out alpha {alpha!r}, expected a rate "
+                         f"in [0, 1]")
     return float(alpha)
 
 
