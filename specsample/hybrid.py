@@ -43,6 +43,11 @@ class HybridState:
     trials: Array
 
 
+# The acceptance assumed for a model draft before any evidence, unless the drafter states
+# its own (`prior_alpha`, e.g. a trained head's held-out acceptance from its card).
+PRIOR_ALPHA = 0.8
+
+
 class HybridDrafter:
     """Per row and round: prompt lookup's copy where the row's context ends in a confident
     match (`PromptLookupDrafter.draft_lengths` gives all K), the model draft elsewhere.
@@ -80,7 +85,7 @@ class HybridDrafter:
     """
 
     def __init__(self, model: ModelDrafter, lookup: PromptLookupDrafter | None = None, *,
-                 cost_ratio: float | None = None, prior_alpha: float = 0.8,
+                 cost_ratio: float | None = None, prior_alpha: float = PRIOR_ALPHA,
                  prior_weight: float = 8.0,
                  width_cost: Callable[[int, int], float] | None = None) -> None:
         if not isinstance(model, ModelDrafter):
@@ -359,11 +364,6 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
             raise ValueError(f"draft: {name!r} needs a backend that measures the draft's cost")
         return hybrid(drafter, cost_ratio=cost(drafter), width_cost=width_cost)
     return hybrid(drafter) if kind else drafter
-
-
-# The acceptance assumed for a model draft before any evidence, unless the drafter states
-# its own (`prior_alpha`, e.g. a trained head's held-out acceptance from its card).
-PRIOR_ALPHA = 0.8
 
 
 def choose_model(candidates: Sequence[str], load: Callable[[str], Drafter], *,

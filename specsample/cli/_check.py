@@ -7,7 +7,7 @@ import dataclasses
 import hashlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 from tqdm import tqdm
@@ -184,7 +184,7 @@ def _constant_k(k: int | str | None) -> None:
                          f"--sampler engine)")
 
 
-def _copies(drafter: Any) -> bool:
+def _copies(drafter: Any) -> TypeGuard[HybridDrafter]:
     """A `hybrid` (prompt lookup's copies, a model elsewhere, no cost gate): the tree sampler
     runs it (an `auto` hybrid's gate reads each row's record and the batch: the engine)."""
     return isinstance(drafter, HybridDrafter) and drafter.cost_ratio is None
@@ -199,7 +199,7 @@ def _mode(args: argparse.Namespace, runner: Runner) -> str:
     # tree per distinct context; a feature head also needs the target's features of each
     # round, which only the engine gives it.
     trees = isinstance(drafter, TreeDrafter)
-    inner = drafter.model if isinstance(drafter, HybridDrafter) and _copies(drafter) else drafter
+    inner = drafter.model if _copies(drafter) else drafter
     tree_ok = trees or (isinstance(inner, ModelDrafter) and not isinstance(inner, FeatureDrafter))
     if args.sampler == "auto":
         args.sampler = "engine" if own_engine or not tree_ok else "tree"

@@ -169,8 +169,7 @@ def _on(u: NDArray[np.float64], like: Array) -> Array:
 def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], *, k: int,
                  length: int, cut: int, seed: int, row_ids: NDArray[np.int64],
                  verifier: Callable[..., Verdict], batch: int,
-                 kept: Callable[[Array], Array] | None = None, threshold: float = 0.0,
-                 copies: Copier | None = None) -> None:
+                 stops: Any = None, copies: Copier | None = None) -> None:
     """Fill `out` [R, length] with rounds of drafting k tokens and verifying them.
 
     The laws every active row needs at a step are filled in first, in large batches; rows
@@ -178,8 +177,8 @@ def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], 
     Round t of row b (global index `row_ids[b]`) reads `round_uniforms(seed, t)` of that
     row, as the generate loop lays them out: drafts, acceptance, final token.
 
-    With `kept` (confidences [A, k] -> drafts kept per row, as a threshold drafter's `kept`)
-    and its `threshold`, the draft's third per-prefix array holds its logits; a row keeps
+    With `stops` (a drafter with a confidence `threshold` and its `kept` rule, as
+    `ModelDrafter`), the draft's third per-prefix array holds its logits; a row keeps
     the first L_b drafts and is verified with `draft_lengths`, as the engine verifies a round
     whose rows stopped drafting early. Once a row's confidence fell below the threshold its
     later drafts are never read: they repeat its last law (no new prefix), and its target
@@ -210,13 +209,13 @@ def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], 
             for s in range(0, active.size, batch):
                 law, _ = draft.rows(keys[s:s + batch])
                 drafted[s:s + batch, i] = _numpy(sample(law, _on(u[s:s + batch, i], law), check=False))
-            if kept is not None:
+            if stops is not None:
                 confidence.append(_confidence(draft, keys, drafted[:, i], batch))
-                stopped |= confidence[-1] < threshold
+                stopped |= confidence[-1] < stops.threshold
         lengths = None
-        if kept is not None:
-            got = target.xp.asarray(np.stack(confidence, axis=1), device=device(target.cache.lengths))
-            lengths = _numpy(kept(got)).astype(np.int64)
+        if stops is not None:
+            got = xp.asarray(np.stack(confidence, axis=1), device=device(target.cache.lengths))
+            lengths = _numpy(stops.kept(got, stops.threshold)).astype(np.int64)
         if copy is not None and copied is not None:
             drafted[copy] = copied[copy]
             if lengths is not None:
@@ -445,7 +444,6 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         return p, p
 
     threshold = None if tree else getattr(drafter, "threshold", None)
-    kept = None if threshold is None else (lambda confidence: drafter.kept(confidence, threshold))
 
     def draft_law(logits: Array) -> tuple[Array, ...]:
         laws = drafter.laws(logits, params, check=True)
@@ -472,7 +470,7 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
                               cut=cut, seed=seed, row_ids=ids, verifier=rule, batch=batch)
         else:
             _speculative(p, q, spec[block], k=k, length=length, cut=cut, seed=seed, row_ids=ids,
-                         verifier=verifier, batch=batch, kept=kept, threshold=threshold or 0.0,
+                         verifier=verifier, batch=batch, stops=None if threshold is None else drafter,
                          copies=copies)
         _plain(p, plain[block], length=length, seed=seed, row_ids=ids, batch=batch)
         if progress is not None:
