@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from specsample._array import Array, check_shape, device, namespace
+import array_api_compat
+
+from specsample._array import Array, check_shape, device, host_ints, namespace
 from specsample.cache import Cache, rollback
 from specsample.params import SamplingParams
 from specsample.protocols import Model, Proposal
 from specsample.sample import sample
 from specsample.warp import warp
 
-__all__ = ["DraftState", "ModelDrafter", "confidence_lengths", "token_confidence"]
+__all__ = ["DraftState", "ModelDrafter", "confidence_lengths", "draft_support", "token_confidence"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -73,6 +75,41 @@ def token_confidence(logits: Array, x: Array) -> Array:
     return xp.exp(picked - log_total)
 
 
+def draft_support(model: Model) -> Array | None:
+    """The ids a draft model can propose, from its optional `support` attribute: int64 [S],
+    ascending and distinct, in [0, V); None where the model has none or it covers all V.
+
+    A model with a support (a draft head over the most frequent tokens) gives logits of -inf
+    at every other id; a `ModelDrafter` then warps and samples over those S ids only (its q
+    is 0 elsewhere either way), where the full warp would pass over all V per draft.
+    """
+    support = getattr(model, "support", None)
+    if support is None:
+        return None
+    vocab = int(model.vocab_size)
+    xp = namespace(support)
+    if len(support.shape) != 1 or not 1 <= int(support.shape[0]) <= vocab or \
+            not xp.isdtype(support.dtype, "integral"):
+        raise ValueError(f"model.support: expected None or a 1-D integer array of 1 to {vocab} "
+                         f"token ids, got dtype {support.dtype} and shape {tuple(support.shape)}")
+    ends = host_ints(xp.stack([xp.min(support), xp.max(support)]))
+    ascending = int(support.shape[0]) == 1 or bool(xp.all(support[1:] > support[:-1]))
+    if ends[0] < 0 or ends[1] >= vocab or not ascending:
+        raise ValueError(f"model.support: expected ascending distinct ids in [0, {vocab}), got "
+                         f"ids from {ends[0]} to {ends[1]}{'' if ascending else ', not ascending'}")
+    return None if int(support.shape[0]) == vocab else xp.astype(support, xp.int64)
+
+
+def _spread(q: Array, support: Array, vocab: int) -> Array:
+    """q over the support [B, S] -> [B, V], zeros elsewhere."""
+    if array_api_compat.is_torch_array(q):
+        return q.new_zeros((int(q.shape[0]), vocab)).index_copy_(-1, support, q)
+    xp = namespace(q)
+    out = xp.zeros((int(q.shape[0]), vocab), dtype=q.dtype, device=device(q))
+    out[:, support] = q
+    return out
+
+
 class ModelDrafter:
     """Draft K tokens autoregressively from a draft `Model` (the law q is returned).
 
@@ -81,6 +118,9 @@ class ModelDrafter:
     transformers' `assistant_confidence_threshold` reads it, so that it means the same
     at T = 0) falls below it; the round stops drafting once every row has stopped, and
     each row verifies only its own drafts (`Proposal.lengths`). See `confidence_lengths`.
+
+    A model with a `support` (see `draft_support`) is warped, sampled and read for its
+    confidence over those ids only.
 
     Args:
         model: the draft model; its vocabulary must equal the target's.
@@ -92,6 +132,7 @@ class ModelDrafter:
             raise TypeError(f"model: expected a specsample Model, got {type(model).__name__}")
         self.model = model
         self.threshold = _check_threshold(threshold)
+        self.support = draft_support(model)
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> DraftState:
         """Prefill the draft cache with each prompt but its last token."""
@@ -129,12 +170,17 @@ class ModelDrafter:
             if i:
                 step, cache = self.model.forward(drafted[-1][:, None], cache)
                 logits = step[:, -1, :]
-            law, q = self.laws(logits, params, check=i == 0)  # [B, V] each
+            if self.support is not None:  # the ids outside it have logits -inf: q is 0 there
+                logits = xp.take(logits, self.support, axis=-1)  # [B, S]
+            law, q = self.laws(logits, params, check=i == 0)  # [B, V] each ([B, S] with a support)
             x = sample(law, uniforms[:, i], check=False)  # [B]
+            if self.threshold is not None:
+                sure.append(token_confidence(logits, x))
+            if self.support is not None:
+                x, q = xp.take(self.support, x, axis=0), _spread(q, self.support, int(self.model.vocab_size))
             drafted.append(x)
             laws.append(q)
             if self.threshold is not None:
-                sure.append(token_confidence(logits, x))
                 low = sure[-1] < self.threshold
                 stopped = low if stopped is None else stopped | low
                 if i + 1 < k and bool(xp.all(stopped)):  # no row drafts on: save the forwards

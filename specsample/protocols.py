@@ -22,6 +22,9 @@ class Model(Protocol):
     lengths are advanced by T. Positions at or beyond a row's length hold
     garbage that later writes overwrite; the causal mask by absolute position
     keeps them out of every query's view, so rollback is only a new `lengths`.
+
+    A draft model may also have a `support` attribute: the ascending ids outside which its
+    logits are always -inf (`specsample.drafters.draft_support`).
     """
 
     @property

@@ -208,3 +208,76 @@ def test_thresholded_drafts_reach_the_round(model: NGramModel) -> None:
         np.testing.assert_array_equal(result.verdict.num_accepted[active], result.drafted[active])
         seen.update(result.drafted[active].tolist())
     assert len(seen) > 1
+
+
+# ---------------------------------------------------------------- a draft over a vocabulary subset
+
+class _Supported(NGramModel):
+    """An n-gram whose laws are 0 outside `ids`, stating them (or any other list) as its support."""
+
+    def __init__(self, table: np.ndarray, support: object) -> None:
+        super().__init__(table)
+        self.support = support
+
+
+def _holed(vocab: int = 6, holes: tuple[int, ...] = (1, 4)) -> np.ndarray:
+    """random_ngram's table with ids `holes` never drawn: columns of zeros, rows renormalised."""
+    table = random_ngram(vocab, order=2, seed=5).table.copy()
+    table[..., list(holes)] = 0.0
+    return table / table.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.7, top_k=2),
+                                    SamplingParams(temperature=0.8, top_p=0.6),
+                                    SamplingParams(temperature=0)],
+                         ids=["t1", "top-k", "top-p", "greedy"])
+@pytest.mark.parametrize("threshold", [None, 0.3])
+def test_a_support_draws_the_full_warps_tokens_from_the_same_law(params: SamplingParams,
+                                                                   threshold: float | None) -> None:
+    table = _holed()
+    subset, full = _Supported(table, np.array([0, 2, 3, 5])), _Supported(table, None)
+    tokens, lengths = _prompt([[1, 2, 3], [4, 5], [0, 2, 3, 5, 2]])
+    drafters = [ModelDrafter(m, threshold=threshold) for m in (subset, full)]
+    assert drafters[0].support.tolist() == [0, 2, 3, 5] and drafters[1].support is None
+    for seed in range(25):
+        u = uniforms(seed, 0, 3, 4, like=tokens)
+        a, b = (d.propose(d.start(tokens, lengths, CAPACITY), tokens, lengths, 4, params, u)
+                for d in drafters)
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+        np.testing.assert_allclose(a.probs, b.probs, rtol=0, atol=1e-12)
+        assert np.all(a.probs[..., [1, 4]] == 0)
+        assert (a.lengths is None) == (threshold is None)
+        if threshold is not None:
+            np.testing.assert_array_equal(a.lengths, b.lengths)
+
+
+def test_a_support_that_leaves_out_drawn_ids_changes_the_drafts() -> None:
+    # Negative control for the test above: a support missing id 5 (which has mass) cannot
+    # propose it, so the drafts differ from the full warp's; q is still the law drawn from.
+    table = _holed()
+    short, full = ModelDrafter(_Supported(table, np.array([0, 2, 3]))), ModelDrafter(_Supported(table, None))
+    tokens, lengths = _prompt([[1, 2, 3], [4, 5]])
+    differ = False
+    for seed in range(25):
+        u = uniforms(seed, 0, 2, 3, like=tokens)
+        a, b = (d.propose(d.start(tokens, lengths, CAPACITY), tokens, lengths, 3, SamplingParams(), u)
+                for d in (short, full))
+        differ |= not np.array_equal(a.tokens, b.tokens)
+        assert np.all(np.take_along_axis(a.probs, a.tokens[..., None], axis=-1) > 0)
+        assert np.all(a.probs[..., 5] == 0)
+    assert differ
+
+
+@pytest.mark.parametrize(("support", "message"), [
+    (np.array([3, 2]), "not ascending"), (np.array([0, 0, 1]), "not ascending"),
+    (np.array([0, 6]), "ids from 0 to 6"), (np.array([-1, 2]), "ids from -1 to 2"),
+    (np.array([[0, 2]]), "shape \\(1, 2\\)"), (np.array([0.0, 2.0]), "dtype float64"),
+    (np.array([], dtype=np.int64), "shape \\(0,\\)"), (np.arange(7), "shape \\(7,\\)"),
+])
+def test_a_bad_support_is_a_clear_error(support: np.ndarray, message: str) -> None:
+    with pytest.raises(ValueError, match=f"model.support: expected .*{message}"):
+        ModelDrafter(_Supported(_holed(), support))
+
+
+def test_a_support_of_every_id_is_the_full_warp() -> None:
+    assert ModelDrafter(_Supported(_holed(), np.arange(6))).support is None

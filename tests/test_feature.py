@@ -191,6 +191,30 @@ def test_head_files_load_by_name_with_a_threshold(tmp_path, target: HFModel) -> 
     assert isinstance(auto, FeatureHybridDrafter) and auto.cost_ratio is not None
 
 
+class _Unsupported(HeadModel):
+    """The same head, without stating its support: the drafter warps all V logits."""
+
+    @property
+    def support(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("params", [HOT, SamplingParams(temperature=0.7, top_p=0.8), GREEDY],
+                         ids=["t1", "top-p", "greedy"])
+def test_a_subset_head_drafts_over_its_support_as_over_all_ids(target: HFModel,
+                                                               params: SamplingParams) -> None:
+    # Warping and sampling the 5 supported ids gives the tokens of the full warp (whose other
+    # logits are -inf) and the same q, 0 off the support.
+    vocab = torch.tensor([0, 1, 3, 4, 6])
+    head = DraftHead(target, vocab=vocab)
+    subset, full = HeadDrafter(HeadModel(head)), HeadDrafter(_Unsupported(head))
+    assert torch.equal(subset.support, vocab) and full.support is None
+    ids = torch.tensor([PROMPT, [4, 4, 6, 1, 0]] * 4)
+    a, b = (generate(target, d, ids, max_new_tokens=12, params=params, k=3, seed=5) for d in (subset, full))
+    assert torch.equal(a.sequences, b.sequences)
+    assert a.metrics.accepted == b.metrics.accepted > 0
+
+
 def test_the_tree_sampler_refuses_a_head(target: HFModel) -> None:
     # It computes laws per prefix without the target's features: a head's q would be wrong.
     from specsample.testing import tree_samples

@@ -172,6 +172,12 @@ class HeadModel:
         """V, the target's vocabulary (the draft's q is 0 outside its subset)."""
         return self.vocab
 
+    @property
+    def support(self) -> Tensor | None:
+        """The ids the head can propose (ascending; its logits are -inf elsewhere), or None for
+        all: a `ModelDrafter` warps and samples over these only."""
+        return None if self._subset is None else self.head.vocab
+
     def new_cache(self, batch: int, capacity: int) -> Cache:
         """Empty K/V and feature buffers; no feature known."""
         stack, dtype = self.stack, self.head.fc.weight.dtype

@@ -430,6 +430,9 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
     if isinstance(drafter, FeatureDrafter):
         raise TypeError(f"drafter: a {type(drafter).__name__} reads the target's features of each "
                         f"round, which the tree sampler does not compute; sample through the engine")
+    if getattr(drafter, "support", None) is not None:
+        raise TypeError("drafter: its model drafts over a vocabulary subset (`support`), which the "
+                        "tree sampler's draft laws do not model; sample through the engine")
     if not tree and (not isinstance(model, Model) or not callable(getattr(drafter, "laws", None))):
         raise TypeError(f"drafter: expected a model drafter (a `model` and `laws`) or a tree "
                         f"drafter (`propose_tree`), got {type(drafter).__name__}")
