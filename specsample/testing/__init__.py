@@ -23,7 +23,8 @@ from specsample.testing._exact import (
 from specsample.testing._gof import FitResult, goodness_of_fit
 from specsample.testing._homogeneity import HomogeneityResult, homogeneity
 from specsample.testing._power import detectable_tv, samples_needed, samples_needed_two_sample
-from specsample.testing._tree import PrefixLaws, tree_samples
+from specsample.testing._prefix import PrefixLaws
+from specsample.testing._tree import tree_samples
 
 __all__ = ["FitResult", "HomogeneityResult", "PrefixLaws", "accepted_length_law",
            "autoregressive_law", "block_thresholds", "detectable_tv", "exact_round_law", "exact_sequence_law",

@@ -23,129 +23,26 @@ the laws at positions <= i, as `verify` does; for a rule that looks further ahea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from specsample._array import Array, check_int, device, namespace
-from specsample.cache import Cache
 from specsample.params import SamplingParams
 from specsample.protocols import FeatureDrafter, Model
 from specsample.rng import Stream, round_uniforms, uniforms
 from specsample.sample import sample
+from specsample.testing._prefix import Key, PrefixLaws, numpy_of
 from specsample.verify import Verdict, verify
 from specsample.verify_tree import verify_tree
 from specsample.warp import warp
 
-__all__ = ["PrefixLaws", "tree_samples"]
+__all__ = ["tree_samples"]
 
-Key = tuple[int, ...]
-LawFn = Callable[[Array], tuple[Array, ...]]
 # generated ids of each row -> (rows that copy, their copies [R, k])
 Copier = Callable[[list[NDArray[np.int64]]], tuple[NDArray[np.bool_], NDArray[np.int64]]]
-
-
-def _take_rows(buffers: Any, index: Array) -> Any:
-    """Rows `index` of every array in a (nested tuple/list of) cache buffer(s), batch on axis 0."""
-    if isinstance(buffers, (tuple, list)):
-        return type(buffers)(_take_rows(b, index) for b in buffers)
-    if hasattr(buffers, "shape"):
-        return namespace(buffers).take(buffers, index, axis=0)
-    return buffers
-
-
-def _numpy(x: Array) -> NDArray[Any]:
-    return np.asarray(x.cpu() if hasattr(x, "cpu") else x)
-
-
-class PrefixLaws:
-    """The law after each prefix of generated ids (after one prompt), computed once per prefix.
-
-    Args:
-        model: the model.
-        prompt: int64 [1, T], T >= 1, of the model's array library.
-        law: logits [N, V] -> (the law to sample from, the law to report, any further
-            per-prefix arrays, e.g. the logits for a confidence rule), each [N, ...]; e.g.
-            `lambda x: (warp(x, params),) * 2` for a target, a drafter's `laws` for a draft.
-        depth: the longest prefix asked for (generated ids after the prompt).
-        batch: rows times tokens per forward when filling in prefixes.
-    """
-
-    def __init__(self, model: Model, prompt: Array, law: LawFn, *, depth: int,
-                 batch: int = 512) -> None:
-        if not isinstance(model, Model):
-            raise TypeError(f"model: expected a specsample Model, got {type(model).__name__}")
-        if getattr(prompt, "ndim", None) != 2 or int(prompt.shape[0]) != 1 or int(prompt.shape[1]) < 1:
-            raise ValueError(f"prompt: expected int64 ids [1, T >= 1], got shape "
-                             f"{list(getattr(prompt, 'shape', []))}")
-        self.model, self.law = model, law
-        self.depth = check_int("depth", depth, 0)
-        self.batch = check_int("batch", batch, 1)
-        self.width = int(prompt.shape[1])
-        self.xp = namespace(prompt)
-        logits, self.cache = model.forward(prompt, model.new_cache(1, self.width + max(self.depth, 1)))
-        self.table: dict[Key, tuple[Array, ...]] = {}
-        self.computed = 0  # laws computed so far (a forgotten one computed again counts twice)
-        self._store([()], logits[:, -1, :])
-        self.forwarded = 0  # prefix tokens fed so far, beyond the prompt
-
-    def _store(self, keys: Sequence[Key], logits: Array) -> None:
-        self.computed += len(keys)
-        draw, *rest = self.law(logits)
-        if not rest:
-            raise ValueError("law: expected (the law to sample from, the law to report, ...), "
-                             "got one array")
-        for i, key in enumerate(keys):
-            row = draw[i]
-            self.table[key] = (row, *(row if more is draw else more[i] for more in rest))
-
-    def fill(self, keys: Iterable[Key]) -> None:
-        """Compute the laws after every prefix in `keys` not yet known (shorter ones first)."""
-        missing = sorted({k for k in keys if k not in self.table}, key=len)
-        for key in missing:
-            if len(key) > self.depth:
-                raise ValueError(f"keys: expected prefixes of at most {self.depth} ids, got {len(key)}")
-        for length in sorted({len(k) for k in missing}):
-            group = [k for k in missing if len(k) == length]
-            rows = max(1, self.batch // length)
-            for start in range(0, len(group), rows):
-                self._forward(group[start:start + rows], length)
-
-    def _forward(self, keys: list[Key], length: int) -> None:
-        xp, dev = self.xp, device(self.cache.lengths)
-        ids = xp.asarray(keys, dtype=xp.int64, device=dev)  # [P, length]
-        zeros = xp.zeros(len(keys), dtype=xp.int64, device=dev)
-        cache = Cache(lengths=zeros + self.width, capacity=self.cache.capacity,
-                      buffers=_take_rows(self.cache.buffers, zeros))
-        logits, _ = self.model.forward(ids, cache)  # [P, length, V]
-        self.forwarded += len(keys) * length
-        for j in range(length):  # ancestors come for free; keep those not yet known
-            fresh = [i for i, k in enumerate(keys) if k[: j + 1] not in self.table]
-            if fresh:
-                at = xp.asarray(fresh, dtype=xp.int64, device=dev)
-                self._store([keys[i][: j + 1] for i in fresh], xp.take(logits[:, j, :], at, axis=0))
-
-    def rows(self, keys: Sequence[Key]) -> tuple[Array, Array]:
-        """The laws (to sample from, to report) after each prefix: two arrays [len(keys), V]."""
-        self.fill(keys)
-        laws = [self.table[k] for k in keys]
-        draw = self.xp.stack([law[0] for law in laws])
-        same = all(law[1] is law[0] for law in laws)
-        return draw, (draw if same else self.xp.stack([law[1] for law in laws]))
-
-    def column(self, keys: Sequence[Key], index: int) -> Array:
-        """The `index`-th array the law gave after each prefix, stacked: [len(keys), ...]."""
-        self.fill(keys)
-        return self.xp.stack([self.table[k][index] for k in keys])
-
-    def forget(self, length: int) -> None:
-        """Drop the laws after prefixes of `length` or more ids (to bound memory)."""
-        self.table = {k: v for k, v in self.table.items() if len(k) < length}
-
-    def __len__(self) -> int:
-        return len(self.table)
 
 
 def _keys(out: NDArray[np.int64], rows: NDArray[np.intp], depth: NDArray[np.int64],
@@ -208,14 +105,14 @@ def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], 
             draft_keys.append(keys)
             for s in range(0, active.size, batch):
                 law, _ = draft.rows(keys[s:s + batch])
-                drafted[s:s + batch, i] = _numpy(sample(law, _on(u[s:s + batch, i], law), check=False))
+                drafted[s:s + batch, i] = numpy_of(sample(law, _on(u[s:s + batch, i], law), check=False))
             if stops is not None:
                 confidence.append(_confidence(draft, keys, drafted[:, i], batch))
                 stopped |= confidence[-1] < stops.threshold
         lengths = None
         if stops is not None:
             got = xp.asarray(np.stack(confidence, axis=1), device=device(target.cache.lengths))
-            lengths = _numpy(stops.kept(got, stops.threshold)).astype(np.int64)
+            lengths = numpy_of(stops.kept(got, stops.threshold)).astype(np.int64)
         if copy is not None and copied is not None:
             drafted[copy] = copied[copy]
             if lengths is not None:
@@ -254,7 +151,7 @@ def _confidence(draft: PrefixLaws, keys: list[Key], tokens: NDArray[np.int64], b
         logits = draft.column(keys[s:s + batch], 2)
         xp = namespace(logits)
         picked = xp.asarray(tokens[s:s + batch], dtype=xp.int64, device=device(logits))
-        parts.append(_numpy(token_confidence(logits, picked)))
+        parts.append(numpy_of(token_confidence(logits, picked)))
     return np.concatenate(parts)
 
 
@@ -272,7 +169,7 @@ def _copier(lookup: Any, prompt: NDArray[np.int64], k: int, *, like: Array) -> C
         lengths = np.array([prompt.shape[1] + len(g) for g in generated], dtype=np.int64)
         matched, copied = lookup.lengths_and_copies(xp.asarray(tokens, device=device(like)),
                                                     xp.asarray(lengths, device=device(like)), k)
-        return _numpy(matched) == k, _numpy(copied.tokens).astype(np.int64)
+        return numpy_of(matched) == k, numpy_of(copied.tokens).astype(np.int64)
 
     return copies
 
@@ -280,7 +177,7 @@ def _copier(lookup: Any, prompt: NDArray[np.int64], k: int, *, like: Array) -> C
 def _commit(out: NDArray[np.int64], depth: NDArray[np.int64], rows: NDArray[np.intp], verdict: Any,
             length: int) -> None:
     """Append each row's accepted tokens and final token to `out`, up to `length` tokens."""
-    got, count = _numpy(verdict.tokens), _numpy(verdict.num_accepted) + 1
+    got, count = numpy_of(verdict.tokens), numpy_of(verdict.num_accepted) + 1
     for i, r in enumerate(rows):
         take = min(int(count[i]), length - int(depth[r]))
         out[r, depth[r]: depth[r] + take] = got[i, :take]
@@ -353,7 +250,7 @@ def _build_trees(drafter: Any, prompt: NDArray[np.int64], contexts: list[Key], n
     if tree.probs is not None:
         raise TypeError(f"drafter: the tree sampler verifies deterministic trees (probs None); "
                         f"{type(drafter).__name__} drew its tree from a law: sample through the engine")
-    tokens, parents, sizes = _numpy(tree.tokens), _numpy(tree.parents), _numpy(tree.sizes)
+    tokens, parents, sizes = numpy_of(tree.tokens), numpy_of(tree.parents), numpy_of(tree.sizes)
     for i, c in enumerate(contexts):
         trees[c] = (tokens[i].astype(np.int64), parents[i].astype(np.int64), int(sizes[i]))
 
@@ -369,7 +266,7 @@ def _plain(target: PrefixLaws, out: NDArray[np.int64], *, length: int, seed: int
         u = uniforms(seed, d, every.size, 1, stream=Stream.PLAIN, row_ids=row_ids)[:, 0]
         for start in range(0, every.size, batch):
             law, _ = target.rows(keys[start:start + batch])
-            out[start:start + batch, d] = _numpy(sample(law, _on(u[start:start + batch], law),
+            out[start:start + batch, d] = numpy_of(sample(law, _on(u[start:start + batch], law),
                                                         check=False))
 
 
@@ -452,7 +349,7 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         laws = drafter.laws(logits, params, check=True)
         return laws if threshold is None else (*laws, logits)  # logits: the confidence rule's
 
-    copies = None if lookup is None else _copier(lookup, _numpy(prompt).astype(np.int64), k, like=prompt)
+    copies = None if lookup is None else _copier(lookup, numpy_of(prompt).astype(np.int64), k, like=prompt)
     p = PrefixLaws(target, prompt, target_law, depth=cut)
     q = None if tree else PrefixLaws(model, prompt, draft_law, depth=cut)  # type: ignore[arg-type]
     if tree:
@@ -469,7 +366,7 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         block = slice(start, min(n, start + chunk))
         ids = np.arange(first_row + block.start, first_row + block.stop, dtype=np.int64)
         if q is None:
-            _speculative_tree(p, drafter, _numpy(prompt).astype(np.int64), spec[block], length=length,
+            _speculative_tree(p, drafter, numpy_of(prompt).astype(np.int64), spec[block], length=length,
                               cut=cut, seed=seed, row_ids=ids, verifier=rule, batch=batch)
         else:
             _speculative(p, q, spec[block], k=k, length=length, cut=cut, seed=seed, row_ids=ids,
