@@ -10,7 +10,8 @@ import array_api_compat
 import numpy as np
 
 __all__ = ["Array", "check_finite", "check_int", "check_logits", "check_logits_shape", "check_probs",
-           "check_shape", "check_tokens", "check_uniforms", "device", "host_ints", "namespace", "rows_at"]
+           "check_shape", "check_tokens", "check_uniforms", "device", "host_array", "host_ints", "namespace",
+           "rows_at"]
 
 # NumPy, torch and JAX arrays all pass through; we type them loosely.
 Array = Any
@@ -28,6 +29,11 @@ def namespace(*arrays: Array) -> Any:
 def device(x: Array) -> Any:
     """The device `x` lives on (CPU for NumPy)."""
     return array_api_compat.device(x)
+
+
+def host_array(x: Array) -> np.ndarray:
+    """A NumPy copy of a NumPy array or a torch tensor on any device (read to the host)."""
+    return np.asarray(x.detach().cpu() if hasattr(x, "detach") else x)
 
 
 def host_ints(x: Array) -> list[int]:

@@ -12,6 +12,7 @@ from typing import Any, TypeGuard
 import numpy as np
 from tqdm import tqdm
 
+from specsample._array import host_array
 from specsample.backend import CoreBackend
 from specsample.bench import next_logits
 from specsample.cli.options import add_model_options, config_from_args, sampling_given
@@ -92,7 +93,7 @@ def _draw(fn: Any, n: int, rows: int, bar: tqdm, shard: Shard, **kwargs: Any) ->
 
     def call(c: int) -> np.ndarray:
         g = fn(seed=seed + c, **kwargs)
-        new: np.ndarray = host(g.sequences[:, int(g.prompt_lengths[0]):][:, :3])
+        new: np.ndarray = host_array(g.sequences[:, int(g.prompt_lengths[0]):][:, :3])
         bar.update(len(new))
         return new
 
@@ -106,11 +107,6 @@ def digest(*samples: np.ndarray) -> str:
     for s in samples:
         h.update(np.ascontiguousarray(s, dtype=np.int64).tobytes())
     return h.hexdigest()[:16]
-
-
-def host(x: Any) -> np.ndarray:
-    """A NumPy copy of a NumPy array or a torch tensor on any device."""
-    return np.asarray(x.detach().cpu() if hasattr(x, "detach") else x)
 
 
 def _ids(tokens: np.ndarray) -> np.ndarray:
@@ -334,7 +330,8 @@ def _one(runner: Runner, args: argparse.Namespace, prompt: Any, name: str, param
     spec, plain = drawn
     bar.close()
     logits = next_logits(runner.target, prompt)
-    exact = host(warp(logits.double() if hasattr(logits, "double") else logits.astype(np.float64), params))
+    wide = logits.double() if hasattr(logits, "double") else logits.astype(np.float64)
+    exact = host_array(warp(wide, params))
     top, expected = top_outcomes(exact, BINS)
     results: dict[str, FitResult | HomogeneityResult] = {
         "first token, spec vs exact p (top 7 + rest)": goodness_of_fit(

@@ -9,14 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from specsample._array import Array, check_int, device, namespace
 from specsample.cache import Cache
 from specsample.protocols import Model
 
-__all__ = ["Key", "LawFn", "PrefixLaws", "numpy_of"]
+__all__ = ["Key", "LawFn", "PrefixLaws"]
 
 Key = tuple[int, ...]
 LawFn = Callable[[Array], tuple[Array, ...]]
@@ -29,11 +26,6 @@ def _take_rows(buffers: Any, index: Array) -> Any:
     if hasattr(buffers, "shape"):
         return namespace(buffers).take(buffers, index, axis=0)
     return buffers
-
-
-def numpy_of(x: Array) -> NDArray[Any]:
-    """x as a NumPy array (copied to the host where it is elsewhere)."""
-    return np.asarray(x.cpu() if hasattr(x, "cpu") else x)
 
 
 class PrefixLaws:

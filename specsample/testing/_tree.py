@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from specsample._array import Array, check_int, device, namespace
+from specsample._array import Array, check_int, device, host_array, namespace
 from specsample.params import SamplingParams
 from specsample.protocols import FeatureDrafter, Model
 from specsample.rng import Stream, round_uniforms, uniforms
 from specsample.sample import sample
-from specsample.testing._prefix import Key, PrefixLaws, numpy_of
+from specsample.testing._prefix import Key, PrefixLaws
 from specsample.verify import Verdict, verify
 from specsample.verify_tree import verify_tree
 from specsample.warp import warp
@@ -105,14 +105,14 @@ def _speculative(target: PrefixLaws, draft: PrefixLaws, out: NDArray[np.int64], 
             draft_keys.append(keys)
             for s in range(0, active.size, batch):
                 law, _ = draft.rows(keys[s:s + batch])
-                drafted[s:s + batch, i] = numpy_of(sample(law, _on(u[s:s + batch, i], law), check=False))
+                drafted[s:s + batch, i] = host_array(sample(law, _on(u[s:s + batch, i], law), check=False))
             if stops is not None:
                 confidence.append(_confidence(draft, keys, drafted[:, i], batch))
                 stopped |= confidence[-1] < stops.threshold
         lengths = None
         if stops is not None:
             got = xp.asarray(np.stack(confidence, axis=1), device=device(target.cache.lengths))
-            lengths = numpy_of(stops.kept(got, stops.threshold)).astype(np.int64)
+            lengths = host_array(stops.kept(got, stops.threshold)).astype(np.int64)
         if copy is not None and copied is not None:
             drafted[copy] = copied[copy]
             if lengths is not None:
@@ -151,7 +151,7 @@ def _confidence(draft: PrefixLaws, keys: list[Key], tokens: NDArray[np.int64], b
         logits = draft.column(keys[s:s + batch], 2)
         xp = namespace(logits)
         picked = xp.asarray(tokens[s:s + batch], dtype=xp.int64, device=device(logits))
-        parts.append(numpy_of(token_confidence(logits, picked)))
+        parts.append(host_array(token_confidence(logits, picked)))
     return np.concatenate(parts)
 
 
@@ -169,7 +169,7 @@ def _copier(lookup: Any, prompt: NDArray[np.int64], k: int, *, like: Array) -> C
         lengths = np.array([prompt.shape[1] + len(g) for g in generated], dtype=np.int64)
         matched, copied = lookup.lengths_and_copies(xp.asarray(tokens, device=device(like)),
                                                     xp.asarray(lengths, device=device(like)), k)
-        return numpy_of(matched) == k, numpy_of(copied.tokens).astype(np.int64)
+        return host_array(matched) == k, host_array(copied.tokens).astype(np.int64)
 
     return copies
 
@@ -177,7 +177,7 @@ def _copier(lookup: Any, prompt: NDArray[np.int64], k: int, *, like: Array) -> C
 def _commit(out: NDArray[np.int64], depth: NDArray[np.int64], rows: NDArray[np.intp], verdict: Any,
             length: int) -> None:
     """Append each row's accepted tokens and final token to `out`, up to `length` tokens."""
-    got, count = numpy_of(verdict.tokens), numpy_of(verdict.num_accepted) + 1
+    got, count = host_array(verdict.tokens), host_array(verdict.num_accepted) + 1
     for i, r in enumerate(rows):
         take = min(int(count[i]), length - int(depth[r]))
         out[r, depth[r]: depth[r] + take] = got[i, :take]
@@ -250,7 +250,7 @@ def _build_trees(drafter: Any, prompt: NDArray[np.int64], contexts: list[Key], n
     if tree.probs is not None:
         raise TypeError(f"drafter: the tree sampler verifies deterministic trees (probs None); "
                         f"{type(drafter).__name__} drew its tree from a law: sample through the engine")
-    tokens, parents, sizes = numpy_of(tree.tokens), numpy_of(tree.parents), numpy_of(tree.sizes)
+    tokens, parents, sizes = host_array(tree.tokens), host_array(tree.parents), host_array(tree.sizes)
     for i, c in enumerate(contexts):
         trees[c] = (tokens[i].astype(np.int64), parents[i].astype(np.int64), int(sizes[i]))
 
@@ -266,7 +266,7 @@ def _plain(target: PrefixLaws, out: NDArray[np.int64], *, length: int, seed: int
         u = uniforms(seed, d, every.size, 1, stream=Stream.PLAIN, row_ids=row_ids)[:, 0]
         for start in range(0, every.size, batch):
             law, _ = target.rows(keys[start:start + batch])
-            out[start:start + batch, d] = numpy_of(sample(law, _on(u[start:start + batch], law),
+            out[start:start + batch, d] = host_array(sample(law, _on(u[start:start + batch], law),
                                                         check=False))
 
 
@@ -349,7 +349,7 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         laws = drafter.laws(logits, params, check=True)
         return laws if threshold is None else (*laws, logits)  # logits: the confidence rule's
 
-    copies = None if lookup is None else _copier(lookup, numpy_of(prompt).astype(np.int64), k, like=prompt)
+    copies = None if lookup is None else _copier(lookup, host_array(prompt).astype(np.int64), k, like=prompt)
     p = PrefixLaws(target, prompt, target_law, depth=cut)
     q = None if tree else PrefixLaws(model, prompt, draft_law, depth=cut)  # type: ignore[arg-type]
     if tree:
@@ -366,7 +366,7 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         block = slice(start, min(n, start + chunk))
         ids = np.arange(first_row + block.start, first_row + block.stop, dtype=np.int64)
         if q is None:
-            _speculative_tree(p, drafter, numpy_of(prompt).astype(np.int64), spec[block], length=length,
+            _speculative_tree(p, drafter, host_array(prompt).astype(np.int64), spec[block], length=length,
                               cut=cut, seed=seed, row_ids=ids, verifier=rule, batch=batch)
         else:
             _speculative(p, q, spec[block], k=k, length=length, cut=cut, seed=seed, row_ids=ids,
