@@ -15,8 +15,9 @@ is its threshold; a row that is not proven (top_p within E of A or M) is sorted.
 
 Before the histogram, NumPy and torch CPU rows try a cheaper candidate set: every entry
 above a level that a strided sample puts, with a margin for its error, below (1 - top_p) of mass.
-Sorted, the candidates are the head of the full sort, so the same proof applies to the v
-found among them (`_candidate_threshold`); rows it does not prove go on to the histogram.
+Sorted, the candidates are the head of the full sort, so the sort's own rule on them, in the
+same library and dtype, gives the sort's bits there; no rounding bound is needed
+(`_candidate_threshold`). Rows it does not prove go on to the histogram.
 """
 
 from __future__ import annotations
@@ -93,9 +94,15 @@ def sorted_threshold(probs: Array, top_p: float) -> Array:
     """The top-p threshold by the full sort (the definition): probs [..., V] -> [..., 1]."""
     xp = namespace(probs)
     ranked = _sort_descending(probs)  # [..., V]
-    before = xp.cumulative_sum(ranked, axis=-1) - ranked
-    kept = xp.sum(xp.astype(before < top_p, xp.int64), axis=-1, keepdims=True)  # >= 1
+    kept = xp.sum(xp.astype(_inside(xp, ranked, top_p), xp.int64), axis=-1, keepdims=True)  # >= 1
     return xp.take_along_axis(ranked, kept - 1, axis=-1)
+
+
+def _inside(xp: Any, ranked: Array, top_p: float) -> Array:
+    """The sort's rule on rows sorted descending: whether the mass before each entry, as the
+    cumulative sum computes it, is < top_p. The candidate path calls it on a prefix of the
+    sort, where it gives the same bits (cumulative sums run from the start of the row)."""
+    return xp.cumulative_sum(ranked, axis=-1) - ranked < top_p
 
 
 def top_p_threshold(probs: Array, top_p: float) -> Array:
@@ -116,7 +123,7 @@ def top_p_threshold(probs: Array, top_p: float) -> Array:
     rows = xp.reshape(probs, (-1, shape[-1]))  # [R, V]
     host = _host(rows)
     if host is not None:
-        found, proven = _candidate_threshold(host, top_p, _roundoff(rows))
+        found, proven = _candidate_threshold(rows, host, top_p)
         threshold = xp.asarray(found)  # torch on CPU shares the NumPy memory
         if not bool(np.all(proven)):
             redo = xp.asarray(np.flatnonzero(~proven))
@@ -155,21 +162,23 @@ def _error(total: Array, vocab: int, roundoff: tuple[float, float]) -> Array:
     return 1.001 * total * (2 * (vocab + 2) * acc + 2 * out + 4 * (vocab + _BUCKETS + 4) * 2.0**-53)
 
 
-def _candidate_threshold(rows: np.ndarray, top_p: float,
-                         roundoff: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+def _candidate_threshold(rows: Array, host: np.ndarray, top_p: float) -> tuple[np.ndarray, np.ndarray]:
     """Candidate threshold of each row and whether it is proven, from the entries above a
-    level guessed from a strided sample: rows [R, V] -> [R] (rows' dtype), bool [R].
+    level guessed from a strided sample: rows [R, V] (NumPy, or torch on CPU) and their
+    NumPy view `host` -> [R] (rows' dtype), bool [R].
 
-    The candidates C are all the entries >= the level, so sorted they are the first |C| of
-    the row's full sort, and v (the last kept by the sort's rule applied to them) has every
-    entry >= v among them: A and M below are prefix sums over C, in float64. The row's mass
-    is at most C's mass plus the level times the entries left out. The proof is
-    `_bucket_threshold`'s. A row whose guess leaves too little mass in C (or too many
-    entries: more than V / 4, where the histogram is cheaper) is not proven.
+    The candidates C are all the entries >= the level, so sorted they are the first |C|
+    entries of the row's full sort, and the sort's own rule (`_inside`, in rows' library and
+    dtype) on them gives the sort's bits there. The entries after C are smaller than C's last
+    and their cumulative sums no smaller: where C's last entry is outside top_p, so is every
+    later one, and the count of entries inside (hence the threshold) is the sort's. Rows
+    whose C lies wholly inside top_p, or that hold more than V / 4 candidates (where the
+    histogram is cheaper), are not proven.
     """
-    count, vocab = rows.shape
-    p = float(np.asarray(top_p, dtype=rows.dtype))
-    sample = np.sort(rows[:, ::_STRIDE], axis=-1)  # [R, S], ascending
+    xp = namespace(rows)
+    count, vocab = host.shape
+    p = float(np.asarray(top_p, dtype=host.dtype))
+    sample = np.sort(host[:, ::_STRIDE], axis=-1)  # [R, S], ascending
     # The mass below a level, from the sample: each sample value stands for the _STRIDE
     # entries about it. The many small entries make this a good estimate where the few
     # large ones (which the sample mostly misses) would not be; the row sums to about 1.
@@ -183,12 +192,12 @@ def _candidate_threshold(rows: np.ndarray, top_p: float,
     reach = np.count_nonzero(below <= (1 - p) - _MARGIN * noise[:, None], axis=-1)  # [R]: below the level
     # At least the smallest positive value: rows mostly of zeros (top-k's) keep their positives.
     level = np.maximum(sample[at, np.maximum(reach - 1, 0)],
-                       np.finfo(rows.dtype).smallest_subnormal)  # [R]
+                       np.finfo(host.dtype).smallest_subnormal)  # [R]
     # Compaction costs about its number of entries, so it runs once over all rows.
-    flat = np.flatnonzero(rows >= level[:, None])  # row by row
+    flat = np.flatnonzero(host >= level[:, None])  # row by row
     bounds = np.searchsorted(flat, np.arange(count + 1) * vocab)
     sizes = np.diff(bounds)  # [R] = |C|
-    threshold = np.zeros(count, dtype=rows.dtype)
+    threshold = np.zeros(count, dtype=host.dtype)
     proven = np.zeros(count, dtype=bool)
     usable = (sizes >= 1) & (sizes <= vocab // 4)
     if not usable.any():
@@ -197,21 +206,17 @@ def _candidate_threshold(rows: np.ndarray, top_p: float,
     if not usable.all():  # leave out the rows not taken
         flat, row = flat[usable[row]], row[usable[row]]
         bounds = np.searchsorted(flat, np.arange(count + 1) * vocab)
-    ranked = np.zeros((count, int(sizes[usable].max())), dtype=rows.dtype)  # padding: zeros sort last
-    ranked[row, np.arange(flat.size) - bounds[row]] = rows.reshape(-1)[flat]
-    ranked = np.sort(ranked, axis=-1)[:, ::-1]  # descending
-    prefix = np.cumsum(ranked, axis=-1, dtype=np.float64)
-    kept = np.minimum(np.count_nonzero(prefix - ranked < p, axis=-1), np.maximum(sizes, 1))  # >= 1
-    value = ranked[at, kept - 1]  # v
-    # Descending rows: the entries > v, and those >= v, are prefixes; A and M are their sums.
-    greater = np.count_nonzero(ranked > value[:, None], axis=-1)
-    at_least_v = np.count_nonzero(ranked >= value[:, None], axis=-1)  # >= 1
-    strict = np.where(greater > 0, prefix[at, np.maximum(greater - 1, 0)], 0.0)  # A
-    at_least = prefix[at, at_least_v - 1]  # M
-    total = prefix[:, -1] + level.astype(np.float64) * (vocab - sizes)
-    error = _error(total, vocab, roundoff)
-    threshold[usable] = value[usable]
-    proven[usable] = ((strict + error < p) & (at_least - error >= p))[usable]
+    width = int(sizes[usable].max())
+    ranked = np.zeros((count, width), dtype=host.dtype)
+    ranked[row, np.arange(flat.size) - bounds[row]] = host.reshape(-1)[flat]
+    # Descending, padding (zeros) last; the padding's verdicts are not read.
+    ranked = np.sort(ranked, axis=-1)[:, ::-1].copy()
+    inside = np.asarray(_inside(xp, xp.asarray(ranked), top_p))  # torch on CPU shares the memory
+    inside &= np.arange(width) < sizes[:, None]
+    kept = np.count_nonzero(inside, axis=-1)  # >= 1 in usable rows: the first entry's mass before is 0
+    last = np.minimum(np.maximum(sizes, 1), width) - 1
+    proven[usable] = ~inside[at, last][usable]
+    threshold[usable] = ranked[at, np.maximum(kept - 1, 0)][usable]
     return threshold, proven
 
 

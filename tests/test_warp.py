@@ -302,27 +302,40 @@ def _normal_probs(seed: int, rows: int, spread: float) -> np.ndarray:
     return (e / e.sum(-1, keepdims=True)).astype(np.float32)
 
 
+@pytest.mark.parametrize("library", LIBRARIES)
 @pytest.mark.parametrize("top_p", [0.5, 0.9, 0.95])
-def test_the_candidate_threshold_proves_most_torch_rows_and_each_is_the_sorts(top_p: float) -> None:
-    # torch CPU accumulates in float64: rows keeping a few percent of the vocabulary are
-    # proven from the candidates above the sampled level, without a histogram or a sort.
-    probs = torch.from_numpy(_normal_probs(int(100 * top_p), 64, 3.0))
-    candidate, proven = _select._candidate_threshold(probs.numpy(), top_p, _select._roundoff(probs))
+def test_the_candidate_threshold_proves_most_rows_and_each_is_the_sorts(library: str, top_p: float) -> None:
+    # Rows keeping a few percent of the vocabulary are proven from the candidates above the
+    # sampled level, without a histogram or a sort, in every library and dtype.
+    probs = _as(library, _normal_probs(int(100 * top_p), 64, 3.0))
+    candidate, proven = _select._candidate_threshold(probs, np.asarray(probs), top_p)
     truth = np.asarray(_select.sorted_threshold(probs, top_p))[:, 0]
     assert proven.mean() > 0.9 and np.array_equal(candidate[proven], truth[proven])
     assert _same(_select.top_p_threshold(probs, top_p), _select.sorted_threshold(probs, top_p))
 
 
-def test_the_candidate_proof_bites_without_its_rounding_margin() -> None:
-    # Negative control: NumPy float32 accumulates the sort's cumsum in float32. Without the
-    # margin for that rounding, some "proven" candidates are not the sort's threshold; with
-    # it, no float32 row is proven (they take the histogram or the sort) and none is wrong.
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_cumulative_sums_of_a_prefix_are_the_prefix_of_the_cumulative_sums(library: str) -> None:
+    # What the candidate path rests on: each library's cumulative sum of a row's first n
+    # entries has the bits of the first n entries of the whole row's.
+    x = _as(library, np.sort(_normal_probs(11, 4, 3.0), axis=-1)[:, ::-1].copy())
+    xp = array_api_compat.array_namespace(x)
+    whole = xp.cumulative_sum(x, axis=-1)
+    for n in (1, 7, 100, 1023, 1024, 1025, 4096, 20000):
+        assert _same(xp.cumulative_sum(x[:, :n], axis=-1), whole[:, :n]), n
+
+
+def test_the_candidate_path_bites_a_float64_sum_of_float32_rows_is_not_the_sort() -> None:
+    # Negative control: NumPy float32 rows accumulate the sort's cumulative sum in float32.
+    # The same candidates summed in float64 give another threshold in some rows; the
+    # candidate path, summing as the sort does, gives the sort's in every proven row.
     probs = _normal_probs(5, 256, 3.0)
     truth = _select.sorted_threshold(probs, 0.9)[:, 0]
-    bare, bare_proven = _select._candidate_threshold(probs, 0.9, (0.0, 0.0))
-    assert np.any(bare_proven & (bare != truth))
-    candidate, proven = _select._candidate_threshold(probs, 0.9, _select._roundoff(probs))
-    assert not np.any(proven & (candidate != truth))
+    wide = probs.astype(np.float64)
+    exact = _select._candidate_threshold(wide, wide, 0.9)[0].astype(np.float32)
+    assert np.any(exact != truth)
+    candidate, proven = _select._candidate_threshold(probs, probs, 0.9)
+    assert proven.mean() > 0.9 and np.array_equal(candidate[proven], truth[proven])
     assert np.array_equal(_select.top_p_threshold(probs, 0.9), _select.sorted_threshold(probs, 0.9))
 
 
@@ -330,6 +343,6 @@ def test_top_k_zeros_leave_the_candidates_to_the_positive_entries() -> None:
     probs = torch.from_numpy(_normal_probs(7, 8, 3.0))
     probs[probs < probs.topk(300, dim=-1).values[:, -1:]] = 0.0  # 300 positives per row
     probs /= probs.sum(-1, keepdim=True)  # as top-k leaves them for top-p
-    candidate, proven = _select._candidate_threshold(probs.numpy(), 0.9, _select._roundoff(probs))
+    candidate, proven = _select._candidate_threshold(probs, probs.numpy(), 0.9)
     truth = np.asarray(_select.sorted_threshold(probs, 0.9))[:, 0]
     assert proven.all() and np.array_equal(candidate, truth)
