@@ -9,6 +9,7 @@ import torch
 from specsample_backends.torch import DEFAULT_TARGET, loading
 from specsample_backends.torch._fast import ARCHITECTURES
 from specsample_backends.torch.dtypes import DTYPES, dtype_option
+from specsample_backends.torch.head import HeadModel
 from specsample_backends.torch.model import HFModel
 from torch import Tensor, nn
 
@@ -21,6 +22,7 @@ from specsample.tree import TreeDrafter
 
 from .engine import Capture, Engine, EngineOptions, static_stack
 from .pieces import RULES
+from .steps import HeadLinears
 
 __all__ = ["DTYPES", "CompileCapture", "StaticBackend", "create_cpu", "engine_options"]
 
@@ -118,13 +120,14 @@ class StaticBackend(CoreBackend):
         return loading.load_target(spec or DEFAULT_TARGET, dtype=self.dtype, device=str(self.device))
 
     def load_drafter(self, name: str | None, target: HFModel) -> ModelDrafter | TreeDrafter:
-        """A model drafter: "int8" (the default; compiled pieces only), "early-exit:N" or a draft
-        model spec; or a tree drafter ("suffix-tree[:N[xD]]"), whose trees the engine verifies
-        with one graph set per tree budget."""
+        """A model drafter: "int8" (the default; compiled pieces only), "early-exit:N", a draft
+        model spec or a feature-level draft head ("head[:FILE]"; compiled pieces only); or a
+        tree drafter ("suffix-tree[:N[xD]]"), whose trees the engine verifies with one graph
+        set per tree budget."""
         drafter = loading.load_drafter(name or DEFAULT_DRAFT, target)
         if not isinstance(drafter, (ModelDrafter, TreeDrafter)):
-            raise ValueError(f"name: the static engine needs a draft model ('early-exit:N' or a model "
-                             f"spec) or a tree drafter ('suffix-tree'), got {name!r}")
+            raise ValueError(f"name: the static engine needs a draft model ('early-exit:N', 'head' or a "
+                             f"model spec) or a tree drafter ('suffix-tree'), got {name!r}")
         _models(self.name, target, drafter)
         self.engine(target, drafter)  # validates now rather than at the first round
         return drafter
@@ -140,10 +143,13 @@ class StaticBackend(CoreBackend):
         key = (id(target), id(draft))
         if key not in self._engines:
             pieces = bool(getattr(self.capture, "pieces", False))
-            self._engines[key] = Engine(_stack("target", target, pieces),
-                                        None if draft is None else _stack("drafter", draft, pieces),
+            head, stack = None, None if draft is None else _stack("drafter", draft, pieces)
+            if isinstance(draft, HeadModel):  # its stack: the head's one layer over the target's
+                out, ids = draft.projection
+                head = HeadLinears(fc=draft.head.fc, out=out, ids=ids)
+            self._engines[key] = Engine(_stack("target", target, pieces), stack,
                                         dtype=target.dtype, device=target.device,
-                                        capture=self.capture, options=self.options)
+                                        capture=self.capture, options=self.options, head=head)
             if draft is not None and self._engines[key].vocab != draft.vocab_size:
                 raise ValueError(f"drafter: expected the target's vocabulary "
                                  f"{self._engines[key].vocab}, got {draft.vocab_size}")
@@ -192,7 +198,10 @@ def _models(backend: str, target: Model, drafter: Drafter | TreeDrafter
 
 def _stack(name: str, model: Any, pieces: bool) -> Any:
     """The model's stack: as it is for compiled pieces (which call its linears through an
-    opaque op), with plain dense linears for a whole-round capture (which traces them)."""
+    opaque op), with plain dense linears for a whole-round capture (which traces them). A
+    draft head's is its one decoder layer over the target's settings."""
+    if isinstance(model, HeadModel):
+        return model.stack if pieces else static_stack(model.stack)
     if not isinstance(model, HFModel) or model.stack is None:
         raise ValueError(f"{name}: the static engine needs an HFModel on the fast path (one of "
                          f"{sorted(ARCHITECTURES)}), got {type(getattr(model, 'module', model)).__name__}")

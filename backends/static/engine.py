@@ -33,12 +33,15 @@ from specsample.verify import Verdict
 from .pieces import (
     DraftSampleStep,
     EmbedStep,
+    FeatureStep,
+    HeadInputStep,
+    HeadOutputStep,
     HeadStep,
     LayerStep,
     VerifyStep,
     stack_config,
 )
-from .steps import KV, PiecewisePrefill, PiecewiseRound, PrefillStep, RoundStep, Slot
+from .steps import KV, HeadLinears, PiecewisePrefill, PiecewiseRound, PrefillStep, RoundStep, Slot
 from .tree import (
     MovePathStep,
     PiecewiseTreeRound,
@@ -124,16 +127,24 @@ class Engine:
     Args:
         target: the target's Llama stack.
         draft: the draft's Llama stack (same vocabulary), or None for a tree drafter, which
-            proposes on the host (`iterate_tree`).
-        kv_shape: per model (layers, H_kv, hd) for (target, draft).
+            proposes on the host (`iterate_tree`); for a feature-level draft head, its
+            one-layer stack.
         dtype, device: of the K/V buffers.
         capture: turns step modules into graphs.
         options: buckets, K values, sync cadence.
+        head: a draft head's FC and output (`draft` is then its stack): it drafts from the
+            target's features, kept in a feature buffer per slot. Compiled pieces only.
     """
 
     def __init__(self, target: LlamaStack, draft: LlamaStack | None, *, dtype: torch.dtype,
-                 device: torch.device, capture: Capture, options: EngineOptions) -> None:
-        self.target, self.draft = target, draft
+                 device: torch.device, capture: Capture, options: EngineOptions,
+                 head: HeadLinears | None = None) -> None:
+        if head is not None and (draft is None or len(draft.layers) != 1):
+            raise ValueError("head: a draft head needs its one-layer stack as the draft")
+        if head is not None and not getattr(capture, "pieces", False):
+            raise ValueError("drafter: a draft head runs on compiled pieces (the option pieces=True, "
+                             "the default), not as one whole-round graph")
+        self.target, self.draft, self.head = target, draft, head
         self.dtype, self.device, self.capture, self.options = dtype, device, capture, options
         self.vocab = int(target.embed.shape[0])
         self.slots: dict[tuple[int, int], Slot] = {}
@@ -143,7 +154,8 @@ class Engine:
 
     def piece(self, kind: str, stack: LlamaStack | None, width: int, kv: KV) -> Callable[..., Any]:
         """The captured piece `kind` ("embed", "layer", "head", "sample", "verify-RULE"; for
-        trees "tree-embed", "tree-verify-D", "move-path") for a model's configuration, a width
+        trees "tree-embed", "tree-verify-D", "move-path"; for a draft head "features",
+        "head-in", "head-out-S") for a model's configuration, a width
         T and a K/V buffer shape; captured on first use, then shared."""
         config = None if stack is None else stack_config(stack)
         key = (kind, config, width, tuple(kv[0][0].shape))
@@ -157,9 +169,12 @@ class Engine:
                         module = VerifyStep(kind.removeprefix("verify-"))
                     else:
                         module = {"sample": DraftSampleStep, "move-path": MovePathStep}[kind]()
+                elif kind.startswith("head-out-"):
+                    module = HeadOutputStep(stack, int(kind.removeprefix("head-out-")))
                 else:
                     module = {"embed": EmbedStep, "layer": LayerStep, "head": HeadStep,
-                              "tree-embed": TreeEmbedStep}[kind](stack)
+                              "tree-embed": TreeEmbedStep, "features": FeatureStep,
+                              "head-in": HeadInputStep}[kind](stack)
                 self._modules[(kind, config)] = module
             self._captured[key] = self.capture.capture(self._modules[(kind, config)], ())
         return self._captured[key]
@@ -193,7 +208,10 @@ class Engine:
                     draft_kv=() if self.draft is None else self._kv(self.draft, batch, capacity),
                     knob=knobs(SamplingParams(), self.vocab, dtype=self._logits_dtype(),
                                device=self.device),
-                    eos=torch.tensor(-1, **ints))
+                    eos=torch.tensor(-1, **ints),
+                    features=None if self.head is None else torch.zeros(
+                        batch, capacity, int(self.target.embed.shape[1]), dtype=self.dtype,
+                        device=self.device))
         return self.slots[key]
 
     def _logits_dtype(self) -> torch.dtype:
@@ -373,8 +391,15 @@ class Engine:
             return Cache(lengths=held, capacity=slot.capacity, buffers=kv, lineage=slot.lineage,
                          generation=slot.lineage.generation)
 
-        draft = None if self.draft is None else \
-            DraftState(cache=cache(slot.draft_kv, (lengths - 2).clamp(min=0)), window=2)
+        if self.draft is None:
+            draft = None
+        elif slot.features is None:
+            draft = DraftState(cache=cache(slot.draft_kv, (lengths - 2).clamp(min=0)), window=2)
+        else:  # a head's buffers as `HeadModel` lays them out: K/V, features, known
+            draft = DraftState(cache=Cache(lengths=lengths - 1, capacity=slot.capacity,
+                                           buffers=(slot.draft_kv[0], slot.features, lengths - 1),
+                                           lineage=slot.lineage, generation=slot.lineage.generation),
+                               window=1)
         return State(tokens=slot.tokens.clone(), lengths=lengths, stop_lengths=slot.stop.clone(),
                      target_cache=cache(slot.target_kv, lengths - 1), draft_state=draft,
                      done=slot.done.clone())

@@ -16,6 +16,11 @@ K/V are written with `index_put_`, which the compiler does in place (a
 - `EmbedStep`: embedding, rotary cos/sin, the write positions and the attention mask;
 - `LayerStep`: one decoder layer, writing its K/V in place;
 - `HeadStep`: final norm and output projection (logits in float32 or float64);
+- `FeatureStep`: the target's features (the final norm's output), written into the slot's
+  feature buffer, for a feature-level draft head;
+- `HeadInputStep`, `HeadOutputStep`: a draft head's FC over [embedding; the previous
+  position's feature], and its predicted features to draft logits (its decoder layer is
+  a `LayerStep` like any other);
 - `DraftSampleStep`: warp and inverse-CDF sampling of one draft token;
 - `VerifyStep`: target warp, verify and commit, updating the slot's state in place.
 
@@ -49,8 +54,8 @@ from .verify import (
 )
 from .warp import warp_tensor
 
-__all__ = ["RULES", "DraftSampleStep", "EmbedStep", "HeadStep", "LayerStep", "VerifyStep", "layer_weights",
-           "stack_config"]
+__all__ = ["RULES", "DraftSampleStep", "EmbedStep", "FeatureStep", "HeadInputStep", "HeadOutputStep",
+           "HeadStep", "LayerStep", "VerifyStep", "layer_weights", "stack_config"]
 
 LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
 
@@ -146,6 +151,70 @@ class HeadStep(nn.Module):
     def forward(self, x: Tensor, norm: Tensor, head_key: Tensor) -> Tensor:
         """The logits."""
         logits: Tensor = opaque.call(rms_norm(x, norm, self.eps, self.norm_offset), head_key, self.vocab)
+        return logits if logits.dtype == torch.float64 else logits.float()
+
+
+def _rows(x: Tensor) -> Tensor:
+    """[B, T] row indices for x [B, T, ...] (an `index_put_` by (row, position))."""
+    return torch.arange(x.shape[0], device=x.device)[:, None].expand(x.shape[0], x.shape[1])
+
+
+class FeatureStep(nn.Module):
+    """The target's features (the final norm's output) of its last hidden states x [B, T, D],
+    written into a feature buffer [B, C, D] at `positions` [B, T] in place; returns them."""
+
+    def __init__(self, stack: LlamaStack) -> None:
+        super().__init__()
+        self.eps, self.norm_offset = stack.eps, stack.norm_offset
+
+    def forward(self, x: Tensor, norm: Tensor, positions: Tensor, features: Tensor) -> Tensor:
+        """The features [B, T, D]."""
+        f: Tensor = rms_norm(x, norm, self.eps, self.norm_offset)
+        features.index_put_((_rows(x), positions), f.to(features.dtype))
+        return f
+
+
+class HeadInputStep(nn.Module):
+    """A draft head's input: its FC over [embedding x [B, T, D]; the feature of each position's
+    predecessor, read from the feature buffer (zeros at position 0)]."""
+
+    def __init__(self, stack: LlamaStack) -> None:
+        super().__init__()
+        self.width = int(stack.embed.shape[1])
+
+    def forward(self, x: Tensor, positions: Tensor, features: Tensor, fc_key: Tensor) -> Tensor:
+        """The FC's output [B, T, D]."""
+        before = (positions - 1).clamp(min=0)
+        previous = features.gather(1, before[:, :, None].expand(-1, -1, features.shape[2]))
+        previous = previous * (positions > 0)[:, :, None]
+        out: Tensor = opaque.call(torch.cat([x, previous], dim=-1), fc_key, self.width)
+        return out
+
+
+class HeadOutputStep(nn.Module):
+    """A draft head's predicted features h [B, T, D] -> its logits [B, T, V] (float32, float64
+    for a float64 head), -inf outside its `size` ids; h is written into the feature buffer at
+    the positions not known to be the target's (positions >= known[b]), so the next draft
+    step reads it back.
+
+    Args:
+        stack: the head's stack (V from its output head).
+        size: how many ids the head proposes (S <= V; its output projection has S rows).
+    """
+
+    def __init__(self, stack: LlamaStack, size: int) -> None:
+        super().__init__()
+        self.vocab, self.size = opaque.out_features(stack.head), size
+
+    def forward(self, h: Tensor, positions: Tensor, features: Tensor, known: Tensor, out_key: Tensor,
+                ids: Tensor) -> Tensor:
+        """The draft logits."""
+        index = positions[:, :, None].expand(-1, -1, features.shape[2])
+        guess = (positions >= known[:, None])[:, :, None]
+        features.index_put_((_rows(h), positions), torch.where(guess, h, features.gather(1, index)))
+        logits: Tensor = opaque.call(h, out_key, self.size)
+        if self.size < self.vocab:
+            logits = logits.new_full((*h.shape[:2], self.vocab), float("-inf")).index_copy(-1, ids, logits)
         return logits if logits.dtype == torch.float64 else logits.float()
 
 

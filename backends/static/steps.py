@@ -24,7 +24,8 @@ from .pieces import DraftSampleStep, VerifyStep, layer_weights
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["KV", "Model", "PiecewisePrefill", "PiecewiseRound", "PrefillStep", "RoundStep", "Slot"]
+__all__ = ["KV", "HeadLinears", "HeadPieces", "Model", "PiecewisePrefill", "PiecewiseRound", "PrefillStep",
+           "RoundStep", "Slot"]
 
 KV = tuple[tuple[Tensor, Tensor], ...]  # per layer (K, V), each [B, H_kv, C, hd]
 
@@ -50,6 +51,8 @@ class Slot:
         rounds: (K, rule) -> the captured round; prefill: the captured prefill.
         trees: (width, D) -> the captured tree round of that width and its input buffers
             (nodes, parents [B, width], sizes, uniforms [B, width+1]).
+        features: a draft head's feature buffer [B, C, D] (None without a head): the
+            target's features of committed positions, the head's predictions after them.
     """
 
     tokens: Tensor
@@ -66,6 +69,7 @@ class Slot:
     prefill: Callable[..., Any] | None = None
     trees: dict[tuple[int, int], tuple[Callable[..., Any], tuple[Tensor, ...]]] = \
         dataclasses.field(default_factory=dict)
+    features: Tensor | None = None
 
     @property
     def capacity(self) -> int:
@@ -75,7 +79,8 @@ class Slot:
     def pointers(self) -> list[int]:
         """data_ptr of every state buffer (to show they never move)."""
         flat = [self.tokens, self.lengths, self.stop, self.done, self.knob, self.eos,
-                *(t for kv in (self.target_kv, self.draft_kv) for pair in kv for t in pair)]
+                *(t for kv in (self.target_kv, self.draft_kv) for pair in kv for t in pair),
+                *([] if self.features is None else [self.features])]
         return [t.data_ptr() for t in flat]
 
 
@@ -170,14 +175,75 @@ class Model:
             x = layer(x, cos, sin, where, mask, keys, values, *weights)
         return x  # type: ignore[no-any-return]
 
-    def logits(self, tokens: Tensor, positions: Tensor, *, last: bool = False) -> Tensor:
-        """Logits [B, T, V] (float32/float64), or [B, 1, V] of the last position when `last`."""
+    def logits(self, tokens: Tensor, positions: Tensor, *, last: bool = False,
+               features: Tensor | None = None) -> Tensor:
+        """Logits [B, T, V] (float32/float64), or [B, 1, V] of the last position when `last`;
+        with a `features` buffer [B, C, D], the forward's features are written there too."""
         x = self.hidden(tokens, positions)
+        if features is not None:
+            self.features(x, positions, features)
         if last:
             # T = 1 and T = 2 forwards share one head graph: the same strides (also for B = 1).
             x = x[:, -1:].clone(memory_format=torch.contiguous_format)
         head = self.engine.piece("head", self.stack, int(x.shape[1]), self.kv)
         return head(x, *self.head_weights)  # type: ignore[no-any-return]
+
+    def features(self, x: Tensor, positions: Tensor, features: Tensor) -> None:
+        """Write the features (the final norm's output) of hidden states x [B, T, D] at
+        `positions` [B, T] into `features` [B, C, D]."""
+        piece = self.engine.piece("features", self.stack, int(x.shape[1]), self.kv)
+        piece(x, self.stack.norm, positions, features)
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadLinears:
+    """What the engine reads of a feature-level draft head besides its decoder layer (its
+    stack's one layer): its FC [2D -> D], its output projection over its S ids, and the
+    ids (int64 [S], ascending; all V for a head over the whole vocabulary)."""
+
+    fc: Any
+    out: Any
+    ids: Tensor
+
+
+class HeadPieces:
+    """A feature-level draft head's forward from captured pieces, over a slot's head K/V and
+    feature buffer: the embedding and decoder-layer pieces the target uses (the head's
+    layer has the target's shapes, so they share graphs), its FC and its output piece.
+
+    A forward at positions t reads the feature of t - 1 (zeros at t = 0) and writes its
+    prediction at the positions not known to be the target's (`HeadModel`'s semantics).
+    """
+
+    def __init__(self, engine: Engine, slot: Slot) -> None:
+        assert engine.draft is not None and engine.head is not None and slot.features is not None
+        self.engine, self.stack, self.kv, self.features = engine, engine.draft, slot.draft_kv, slot.features
+        # The head's norms are trainable Parameters; its graphs take plain tensors, as the target's.
+        self.weights = tuple(w.detach() for w in layer_weights(self.stack.layers[0]))
+        self.fc, self.out = opaque.key_of(engine.head.fc), opaque.key_of(engine.head.out)
+        self.ids = engine.head.ids
+        self.output = f"head-out-{int(self.ids.shape[0])}"
+
+    def layers(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """The head's predicted features [B, T, D] for tokens at positions [B, T] (K/V written)."""
+        width = int(tokens.shape[1])
+        embed = self.engine.piece("embed", self.stack, width, self.kv)
+        feed = self.engine.piece("head-in", self.stack, width, self.kv)
+        layer = self.engine.piece("layer", self.stack, width, self.kv)
+        x, cos, sin, where, mask = embed(tokens, positions, self.stack.embed, self.kv[0][0])
+        x = feed(x, positions, self.features, self.fc)
+        keys, values = self.kv[0]
+        return layer(x, cos, sin, where, mask, keys, values, *self.weights)  # type: ignore[no-any-return]
+
+    def logits(self, tokens: Tensor, positions: Tensor, known: Tensor) -> Tensor:
+        """Draft logits [B, V] after the last of tokens [B, T] at positions [B, T], whose
+        prediction is written where its position >= known[b]. Only the last position can be:
+        every earlier one is below it, and the last committed position is at most known[b]
+        (positions clipped at 0 repeat the same token, with the same prediction)."""
+        h = self.layers(tokens, positions)[:, -1:].clone(memory_format=torch.contiguous_format)
+        last = positions[:, -1:].clone(memory_format=torch.contiguous_format)  # strides of any B
+        out = self.engine.piece(self.output, self.stack, 1, self.kv)
+        return out(h, last, self.features, known, self.out, self.ids)[:, 0]  # type: ignore[no-any-return]
 
 
 class PiecewiseRound:
@@ -186,22 +252,35 @@ class PiecewiseRound:
     def __init__(self, engine: Engine, slot: Slot, k: int, rule: str = "token") -> None:
         self.engine, self.slot, self.k = engine, slot, k
         self.target = Model(engine, engine.target, slot.target_kv)
-        self.draft = Model(engine, engine.draft, slot.draft_kv)
+        self.head = None if engine.head is None else HeadPieces(engine, slot)
+        self.draft = Model(engine, engine.draft, slot.draft_kv) if self.head is None else None
         self.sample = engine.piece("sample", None, 1, slot.draft_kv)
         self.verify = engine.piece(f"verify-{rule}", None, k + 1, slot.target_kv)
-        self.two = torch.arange(2, device=slot.tokens.device) - 2
+        # The first draft forward feeds the last two committed tokens (the draft model's
+        # cache holds L - 2), or a head's last K + 1: every position after the last one whose
+        # head K/V came from the target's features alone (a round commits at most K + 1).
+        first = k + 1 if self.head is not None else 2
+        self.two = torch.arange(first, device=slot.tokens.device) - first
         self.span = torch.arange(k + 1, device=slot.tokens.device) - 1
+
+    def _draft(self, feed: Tensor, pos: Tensor, known: Tensor) -> Tensor:
+        """The draft's logits [B, V] after the last of tokens `feed` at positions `pos` [B, T]."""
+        if self.head is not None:
+            return self.head.logits(feed, pos, known)
+        assert self.draft is not None
+        return self.draft.logits(feed, pos, last=True)[:, 0]
 
     def __call__(self, u: Tensor, knob: Tensor, eos: Tensor) -> tuple[Tensor, ...]:
         """Run the round; returns (verdict tokens [B, K+1], num_accepted, emitted, active,
         drafts kept [B])."""
         s, k = self.slot, self.k
         lengths = s.lengths
-        pos = (lengths[:, None] + self.two).clamp(min=0)  # [B, 2]
+        known = lengths - 1  # the positions whose features are the target's
+        pos = (lengths[:, None] + self.two).clamp(min=0)  # [B, 2] ([B, K+1] for a head)
         feed = s.tokens.gather(1, pos)
         drafted, laws, sure = [], [], []
         for i in range(k):
-            logits = self.draft.logits(feed, pos, last=True)[:, 0]  # [B, V]
+            logits = self._draft(feed, pos, known)  # [B, V]
             ui = u[:, i].clone(memory_format=torch.contiguous_format)  # one graph for every K
             x, q, confidence = self.sample(logits, knob, ui)
             drafted.append(x)
@@ -211,7 +290,7 @@ class PiecewiseRound:
         tokens = torch.stack(drafted, dim=1)
         last = s.tokens.gather(1, (lengths - 1)[:, None])  # [B, 1]
         pos = lengths[:, None] + self.span  # [B, K+1]
-        logits = self.target.logits(torch.cat([last, tokens], dim=1), pos)
+        logits = self.target.logits(torch.cat([last, tokens], dim=1), pos, features=s.features)
         out: tuple[Tensor, ...] = self.verify(
             logits, tokens, torch.stack(laws, dim=1), torch.stack(sure, dim=1), u[:, k:], knob, eos,
             s.tokens, s.lengths, s.stop, s.done)
@@ -223,10 +302,18 @@ class PiecewisePrefill:
 
     def __init__(self, engine: Engine, slot: Slot) -> None:
         self.target = Model(engine, engine.target, slot.target_kv)
-        self.draft = None if engine.draft is None else Model(engine, engine.draft, slot.draft_kv)
+        self.features = slot.features
+        self.head = None if engine.head is None else HeadPieces(engine, slot)
+        self.draft = None if engine.draft is None or self.head is not None else \
+            Model(engine, engine.draft, slot.draft_kv)
 
     def __call__(self, chunk: Tensor, positions: Tensor) -> None:
-        """Write both models' K/V of the chunk [B, P] at positions [B, P]."""
+        """Write both models' K/V of the chunk [B, P] at positions [B, P] (a head's after the
+        target's, whose features it reads)."""
         if self.draft is not None:
             self.draft.hidden(chunk, positions)
-        self.target.hidden(chunk, positions)
+        x = self.target.hidden(chunk, positions)
+        if self.head is not None:
+            assert self.features is not None
+            self.target.features(x, positions, self.features)
+            self.head.layers(chunk, positions)

@@ -178,6 +178,12 @@ class HeadModel:
         all: a `ModelDrafter` warps and samples over these only."""
         return None if self._subset is None else self.head.vocab
 
+    @property
+    def projection(self) -> tuple[Any, Tensor]:
+        """(the linear from a predicted feature to the head's logits over its ids, those ids:
+        int64 [S], ascending), for an engine that runs the head from its own pieces."""
+        return (self.stack.head if self._subset is None else self._subset), self.head.vocab
+
     def new_cache(self, batch: int, capacity: int) -> Cache:
         """Empty K/V and feature buffers; no feature known."""
         stack, dtype = self.stack, self.head.fc.weight.dtype
