@@ -20,13 +20,15 @@ from gaudi_stand_in import Bridge, RuleError, hpu_graph_rules, install
 from specsample_backends.gaudi import HpuGraphCapture, check_capture, lazy_mode
 from specsample_backends.gaudi.rules import inplace_view_updates, written_args
 from specsample_backends.static import CompileCapture
-from specsample_backends.static.pieces import LayerStep, layer_weights
+from specsample_backends.static.pieces import FeatureStep, HeadOutputStep, LayerStep, layer_weights
 from specsample_backends.torch import HFModel
 from specsample_backends.torch.early_exit import early_exit_draft
+from specsample_backends.torch.head import DraftHead, HeadModel
 from torch.fx.experimental.proxy_tensor import make_fx
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specsample.drafters import ModelDrafter
+from specsample.feature import HeadDrafter
 from specsample.generate import generate
 from specsample.options import RunOptions
 from specsample.params import SamplingParams
@@ -232,6 +234,68 @@ def test_compile_mode_runs_the_pieces_under_hpu_backend_with_the_static_cpu_toke
             assert torch.equal(got.sequences, want), run
         warm = len(bridge.graphs)
     assert warm == len(bridge.graphs) > 0 and not bridge.wrapped and "mark_step" not in bridge.calls
+
+
+def _head(target: HFModel) -> HeadDrafter:
+    """A draft head over every other id, from the target's last layer, perturbed."""
+    torch.manual_seed(1)
+    head = DraftHead(target, vocab=torch.arange(0, V, 2))
+    with torch.no_grad():
+        for weight in head.parameters():
+            weight.add_(torch.randn_like(weight) * 0.05)
+    return HeadDrafter(HeadModel(head))
+
+
+def test_compile_mode_runs_a_draft_head_with_the_core_tokens_and_hpu_graphs_refuse_it(
+        monkeypatch: pytest.MonkeyPatch, models: tuple[HFModel, ModelDrafter]) -> None:
+    """A feature-level draft head's pieces under hpu_backend: the core loop's tokens, and no
+    graph added by a second pass. HPU graphs capture whole rounds, which cannot hold a head:
+    a clear error when the engine is built."""
+    bridge = install(monkeypatch, Bridge(lazy=False))
+    backend = get_backend("gaudi", OPTIONS)
+    target, _ = models
+    drafter = _head(target)
+    ids, lengths = _prompt()
+    for _ in range(2):
+        for run in RUNS:
+            got = backend.generate(target, drafter, ids, RunOptions(prompt_lengths=lengths, **run))
+            want = generate(target, drafter, ids, prompt_lengths=lengths, **run)  # type: ignore[arg-type]
+            assert torch.equal(got.sequences, want.sequences), run
+        warm = len(bridge.graphs)
+    assert warm == len(bridge.graphs) > 0
+    install(monkeypatch, Bridge(lazy=True))
+    graphs = get_backend("gaudi", {**OPTIONS, "capture": "hpu-graphs"})
+    with pytest.raises(ValueError, match="compiled pieces"):
+        graphs.engine(target, drafter)
+
+
+def test_the_head_pieces_write_whole_buffers_never_a_view(models: tuple[HFModel, ModelDrafter]) -> None:
+    target, _ = models
+    stack = target.stack
+    assert stack is not None
+    batch, width, capacity, dim = 2, 3, 16, int(stack.embed.shape[1])
+    positions = torch.tensor([[3, 4, 5], [0, 1, 2]])
+    x = torch.randn(batch, width, dim, dtype=torch.float64)
+    head = _head(target).head
+    out, ids = head.projection
+    from specsample_backends.torch import opaque
+
+    cases = [(FeatureStep(stack), (x, stack.norm.detach(), positions)),
+             (HeadOutputStep(head.stack, int(ids.shape[0])),
+              (x[:, :1].clone(), positions[:, :1].clone(), torch.tensor([3, 0]), opaque.key_of(out), ids))]
+    for step, args in cases:
+        def run(features: torch.Tensor, *rest: torch.Tensor, step: Any = step) -> Any:
+            if isinstance(step, FeatureStep):
+                return step(rest[0], rest[1], rest[2], features)
+            return step(rest[0], rest[1], features, *rest[2:])
+
+        features = torch.zeros(batch, capacity, dim, dtype=torch.float64)
+        with hpu_graph_rules():  # also follows the HPU-graph rules when run eagerly
+            run(features, *args)
+        assert features.abs().sum() > 0
+        graph = make_fx(run)(torch.zeros(batch, capacity, dim, dtype=torch.float64), *args)
+        writes = [str(n.target) for n in graph.graph.nodes if written_args(n.target)]
+        assert writes == ["aten.index_put_.default"] and inplace_view_updates(graph) == [], type(step)
 
 
 # -- the captured steps' K/V writes -------------------------------------------------------------
