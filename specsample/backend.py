@@ -69,6 +69,11 @@ class Backend(Protocol):
         """Plain autoregressive sampling of the target (the baseline)."""
         ...
 
+    def default_k(self, target: Any, drafter: Any) -> tuple[int, str] | None:
+        """The K to run `drafter` at when the config gives none, and why; None: the
+        drafter's default (`specsample.config`)."""
+        ...
+
 
 class CoreBackend:
     """Runs generations with the core loop; a subclass supplies loading and arrays."""
@@ -92,6 +97,10 @@ class CoreBackend:
     def generate_plain(self, target: Model, input_ids: Array, run: RunOptions) -> Generation:
         """`specsample.generate.run_plain` over this backend's arrays."""
         return run_plain(target, self.asarray(input_ids), self._run(run))
+
+    def default_k(self, target: Model, drafter: Drafter) -> tuple[int, str] | None:
+        """None: the drafter's default K (a backend that can rate K on its machine says so)."""
+        return None
 
     def _run(self, run: RunOptions) -> RunOptions:
         """`run` with its array fields on this backend."""

@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from specsample._array import check_int
-from specsample.metrics import Metrics, predicted_speedup
+from specsample.metrics import Metrics, expected_tokens_per_round, predicted_speedup
 
-__all__ = ["WIDTH_PRIOR", "AdaptiveK", "ConstantK", "KPolicy", "batch_width", "k_policy"]
+__all__ = ["WIDTH_PRIOR", "AdaptiveK", "ConstantK", "KPolicy", "batch_width", "fastest_k", "k_policy"]
 
 # The acceptance `batch_width` assumes before a call has evidence, and how many drafts it is
 # worth: prompt lookup's pooled acceptance on the benchmark prompts is about one half.
@@ -97,6 +97,45 @@ def k_policy(k: int | str, *, c: float = 0.1) -> KPolicy:
     if isinstance(k, int) and not isinstance(k, bool):
         return ConstantK(k=k)
     raise ValueError(f"k: expected an int >= 1 or 'adaptive', got {k!r}")
+
+
+def fastest_k(alpha: float, c: float, width_cost: Callable[[int], float], k_max: int
+              ) -> tuple[int, tuple[float, ...]]:
+    """The constant K in [1, k_max] that Thm 3.8 rates fastest once the verify's cost is
+    counted: (1 - alpha^(K+1)) / (1 - alpha) expected tokens per round over the round's cost
+    in plain steps, K c + width_cost(K + 1). K = 1, 2, ... are rated in turn up to the first
+    that rates below its predecessor (each further draft adds alpha times less than the one
+    before, for at least c more), so `width_cost` is asked only for the widths rated.
+
+    Args:
+        alpha: the draft's per-token acceptance, in [0, 1].
+        c: one draft step's cost over a one-position target forward, finite and >= 0.
+        width_cost: positions -> a target forward of that many positions over one of one
+            position (> 0).
+        k_max: the largest K considered, >= 1.
+
+    Returns:
+        K (the smaller on a tie) and the rate of each K rated, from 1 up, in tokens per plain
+        step's cost (a plain step rates 1).
+    """
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        raise ValueError(f"alpha: expected a rate in [0, 1], got {alpha!r}")
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c < float("inf"):
+        raise ValueError(f"c: expected a finite cost ratio >= 0, got {c!r}")
+    check_int("k_max", k_max, 1)
+    if not callable(width_cost):
+        raise TypeError(f"width_cost: expected a function positions -> cost, got {type(width_cost).__name__}")
+    rates: list[float] = []
+    for k in range(1, k_max + 1):
+        cost = float(width_cost(k + 1))
+        if not 0 < cost < float("inf"):
+            raise ValueError(f"width_cost: expected a positive finite cost, got {cost!r} at "
+                             f"{k + 1} positions")
+        rates.append(expected_tokens_per_round(float(alpha), k) / (k * float(c) + cost))
+        if len(rates) > 1 and rates[-1] < rates[-2]:
+            break
+    best = max(range(len(rates)), key=lambda i: (rates[i], -i))
+    return best + 1, tuple(rates)
 
 
 def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,

@@ -51,6 +51,7 @@ class Runner:
         backend: the backend `config.backend` names.
         target: the target Model; drafter: the Drafter.
         tokenizer: the target's tokenizer.
+        k_note: how the backend chose K where the config gave none, or None.
     """
 
     config: Config
@@ -58,6 +59,7 @@ class Runner:
     target: Model
     drafter: Drafter
     tokenizer: Tokenizer
+    k_note: str | None = None
 
     def encode(self, prompts: Prompts) -> tuple[Any, Any]:
         """Right-padded ids [B, T] and lengths [B] as the backend's arrays.
@@ -129,7 +131,8 @@ class Runner:
         k = self.config.policy().k_max
         if isinstance(self.drafter, HybridDrafter):
             return f"drafter {self.config.draft or 'default'}: {self.drafter.describe(k)}"
-        return f"drafter {self.config.draft or 'default'}: {type(self.drafter).__name__}"
+        why = "" if self.k_note is None else f"; {self.k_note}"
+        return f"drafter {self.config.draft or 'default'}: {type(self.drafter).__name__}{why}"
 
     def decode(self, generation: Generation) -> Generation:
         """`generation` with `texts`: each row's generated ids decoded."""
@@ -156,7 +159,13 @@ def load(config: Config | None = None, *, target: str | None = None, draft: str 
     tokenizer = backend.tokenizer(spec)
     model = backend.load_target(spec)
     drafter = backend.load_drafter(draft if draft is not None else config.draft, model)
+    note = None
     if config.k is None:  # the default K, now that the drafter is known
-        narrows = getattr(drafter, "round_cost", None) is not None
-        config = dataclasses.replace(config, k=AUTO_K if narrows else DEFAULT_K)
-    return Runner(config=config, backend=backend, target=model, drafter=drafter, tokenizer=tokenizer)
+        if getattr(drafter, "round_cost", None) is not None:
+            k = AUTO_K
+        else:
+            rated = backend.default_k(model, drafter)
+            k, note = (DEFAULT_K, None) if rated is None else rated
+        config = dataclasses.replace(config, k=k)
+    return Runner(config=config, backend=backend, target=model, drafter=drafter, tokenizer=tokenizer,
+                  k_note=note)

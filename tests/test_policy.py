@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from specsample.metrics import Metrics, predicted_speedup, tally
-from specsample.policy import AdaptiveK, ConstantK, KPolicy, k_policy
+from specsample.policy import AdaptiveK, ConstantK, KPolicy, fastest_k, k_policy
 
 
 def _rounds(k: int, accepted: list[int]) -> Metrics:
@@ -186,3 +186,53 @@ def test_batch_width_rejects_bad_input(args: tuple[object, ...], match: str) -> 
         batch_width(*args, lambda b, w: 1.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="round_cost: expected a positive cost"):
         batch_width([2], [3], 2, 0.5, lambda b, w: 0.0)
+
+
+# -- fastest_k: the constant K Thm 3.8 rates fastest with the verify's cost counted --------------
+
+
+def _rate(alpha: float, k: int, c: float, width: float) -> float:
+    return (1 - alpha ** (k + 1)) / (1 - alpha) / (k * c + width)
+
+
+def test_fastest_k_is_the_argmax_of_the_rate_with_the_verify_cost() -> None:
+    # A cheap head with low acceptance: K = 1; a cheap, accurate draft over a flat verify: long K.
+    k, rates = fastest_k(0.3, 0.12, lambda n: 1 + 0.05 * (n - 1), 8)
+    assert k == 1 and rates[0] == pytest.approx(_rate(0.3, 1, 0.12, 1.05)) and len(rates) == 2
+    k, rates = fastest_k(0.9, 0.02, lambda n: 1.0, 8)
+    assert k == 8 and len(rates) == 8
+    assert rates == pytest.approx(tuple(_rate(0.9, j, 0.02, 1.0) for j in range(1, 9)))
+    assert k == max(range(1, 9), key=lambda j: _rate(0.9, j, 0.02, 1.0))
+
+
+def test_fastest_k_bites_the_verify_cost_changes_the_choice() -> None:
+    # Negative control: the same draft rated as if verifying were free (Thm 3.8 alone) picks
+    # a longer K than with this CPU's measured growth of the verify's cost with its width.
+    free, _ = fastest_k(0.8, 0.1, lambda n: 1.0, 8)
+    costly, _ = fastest_k(0.8, 0.1, lambda n: 1 + 0.25 * (n - 1), 8)
+    assert free == max(range(1, 9), key=lambda j: predicted_speedup(0.8, j, 0.1)) and costly < free
+
+
+def test_fastest_k_asks_the_width_cost_only_up_to_the_first_drop() -> None:
+    asked: list[int] = []
+
+    def width(n: int) -> float:
+        asked.append(n)
+        return 1 + 0.1 * (n - 1)
+
+    k, rates = fastest_k(0.6, 0.2, width, 8)
+    assert asked == [j + 1 for j in range(1, len(rates) + 1)] and len(rates) < 8
+    assert rates[k - 1] == max(rates) and rates[-1] < rates[-2]
+
+
+@pytest.mark.parametrize("args, error, match", [
+    ((1.5, 0.1, lambda n: 1.0, 4), ValueError, "alpha: expected a rate in"),
+    ((0.5, -1.0, lambda n: 1.0, 4), ValueError, "c: expected a finite cost ratio"),
+    ((0.5, float("nan"), lambda n: 1.0, 4), ValueError, "c: expected a finite cost ratio"),
+    ((0.5, 0.1, lambda n: 1.0, 0), ValueError, "k_max"),
+    ((0.5, 0.1, 2.0, 4), TypeError, "width_cost: expected a function"),
+    ((0.5, 0.1, lambda n: 0.0, 4), ValueError, "width_cost: expected a positive finite cost, got 0.0 at 2"),
+])
+def test_fastest_k_rejects_bad_input(args: tuple[object, ...], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        fastest_k(*args)  # type: ignore[arg-type]

@@ -206,14 +206,32 @@ def test_block_verification_is_chosen_by_config() -> None:
 
 
 def test_load_settles_the_default_k_by_the_drafter() -> None:
-    """K left unset is AUTO_K for a drafter that narrows each round itself (torch's `auto`)
-    and DEFAULT_K for one that verifies all K (the reference backend's noisy draft, torch's
-    lookup); a K given is kept."""
+    """K left unset is AUTO_K for a drafter that narrows each round itself (torch's `auto`),
+    the K Thm 3.8 rates fastest here for a torch model drafter that verifies all K (its
+    costs measured at load, the rating in the drafter note), and DEFAULT_K for the others
+    (the reference backend's noisy draft, torch's lookup, a thresholded model draft); a K
+    given is kept."""
+    from specsample_backends.torch import loading
+
     from specsample.config import AUTO_K, DEFAULT_K
+    from specsample.hybrid import PRIOR_ALPHA
 
     assert specsample.load(Config()).config.k == DEFAULT_K
     assert specsample.load(Config(k=2)).config.k == 2
     assert specsample.load(Config(backend="torch", draft="lookup")).config.k == DEFAULT_K
+    assert specsample.load(Config(backend="torch", draft="early-exit:10@0.5")).config.k == DEFAULT_K
     auto = specsample.load(Config(backend="torch"))
     assert auto.config.k == AUTO_K and auto.options(max_new_tokens=1).k.k_max == AUTO_K
     assert specsample.load(Config(backend="torch", k=3)).config.k == 3
+    assert specsample.load(Config(backend="torch", draft="early-exit:10", k=3)).config.k == 3
+    rated = specsample.load(Config(backend="torch", draft="early-exit:10"))
+    k = rated.config.k
+    assert isinstance(k, int) and 1 <= k <= AUTO_K
+    note = rated.drafter_note()
+    assert f"K = {k} (none given): Thm 3.8 rates K = 1.." in note
+    assert f"prior alpha of {PRIOR_ALPHA:.2f}" in note
+    # The note's rates are the rating the choice came from: K is their argmax.
+    rates = [float(r) for r in note.split(" at ")[1].split(" plain")[0].split(", ")]
+    assert k == 1 + rates.index(max(rates))
+    sure = rated.backend.load_drafter("early-exit:10@0.5", rated.target)
+    assert loading.rated_k(rated.target, sure) is None

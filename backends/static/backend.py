@@ -136,6 +136,12 @@ class StaticBackend(CoreBackend):
         """The tokenizer of a model spec (default: the default target's)."""
         return loading.load_tokenizer(spec or DEFAULT_TARGET)
 
+    def default_k(self, target: Model, drafter: Drafter) -> tuple[int, str] | None:
+        """As the torch backend's (`loading.rated_k`): the costs are measured on the eager
+        models, which the compiled pieces run at about the same speed on CPU."""
+        model, draft = _models(self.name, target, drafter)
+        return None if isinstance(draft, TreeDrafter) else loading.rated_k(model, draft)
+
     def engine(self, target: HFModel, drafter: ModelDrafter | TreeDrafter) -> Engine:
         """The engine for (target, drafter), built once and kept (its graphs with it); a tree
         drafter's engine has no draft model (every tree drafter of a target shares it)."""

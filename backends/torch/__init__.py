@@ -83,6 +83,13 @@ class TorchBackend(CoreBackend):
         """The tokenizer of a model spec (default: the default target's)."""
         return loading.load_tokenizer(spec or DEFAULT_TARGET)
 
+    def default_k(self, target: Model, drafter: Drafter) -> tuple[int, str] | None:
+        """For a model drafter without a confidence threshold, the K Thm 3.8 rates fastest on
+        this machine (`loading.rated_k`); None otherwise."""
+        if not isinstance(target, HFModel):
+            raise TypeError(f"target: the torch backend expected an HFModel, got {type(target).__name__}")
+        return loading.rated_k(target, drafter)
+
     def iterate(self, target: Model, drafter: Drafter, input_ids: Any, run: RunOptions) -> Iterator[Step]:
         """The core loop's rounds; with `check_replicas`, each checked across the ranks."""
         steps = super().iterate(target, drafter, input_ids, run)

@@ -15,10 +15,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from specsample.config import AUTO_K
 from specsample.drafters import ModelDrafter
-from specsample.hybrid import compose_drafter
+from specsample.hybrid import PRIOR_ALPHA, compose_drafter
 from specsample.lookup import PromptLookupDrafter
 from specsample.params import SamplingParams
+from specsample.policy import fastest_k
 from specsample.protocols import Drafter
 from specsample.suffix import is_suffix_tree_name, suffix_tree
 
@@ -30,7 +32,7 @@ from .parallel import TensorParallel, check_divides
 from .quantized import int8_draft
 
 __all__ = ["CACHE_ENV", "DRAFTERS", "cache_root", "converted", "default_model_path", "load_drafter",
-           "load_target", "load_tokenizer"]
+           "load_target", "load_tokenizer", "rated_k"]
 
 DEFAULT = "smollm2"
 DRAFTERS = ("int8", "early-exit:N", "lookup", "suffix-tree[:N[xD]][+memory]", "head[:FILE]", "hybrid[:NAME]",
@@ -211,6 +213,26 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) ->
 # default benchmark runs with it gave efficiency below 0.85 under top-p (its draft warp and
 # the wider verify's warp are costs the rating leaves out), where int8's never-run gate held.
 AUTO_MODELS = ("int8",)
+
+
+def rated_k(target: HFModel, drafter: Drafter) -> tuple[int, str] | None:
+    """The K to run a model drafter at when none is given, and why: for one that verifies all
+    K every round (no confidence threshold), the K in [1, AUTO_K] that Thm 3.8 rates fastest
+    here (`specsample.policy.fastest_k`) from its c and the verify's cost at each width,
+    both measured on this machine, and its prior acceptance (`prior_alpha`, e.g. a head's
+    held-out alpha from its card; else `PRIOR_ALPHA`). None for other drafters."""
+    if not isinstance(drafter, ModelDrafter) or drafter.threshold is not None:
+        return None
+    c = _cost_ratio(target, drafter)
+    alpha = float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
+    width = _width_cost(target)
+    k, rates = fastest_k(alpha, c, lambda positions: width(1, positions), AUTO_K)
+    rated = ", ".join(f"{r:.2f}" for r in rates)
+    slower = "" if max(rates) >= 1 else (" (below 1: slower than plain decoding here; 'auto' takes "
+                                         "plain steps where drafts do not pay)")
+    return k, (f"K = {k} (none given): Thm 3.8 rates K = 1..{len(rates)} at {rated} plain steps' tokens "
+               f"per cost{slower}, from c = {c:.2f} and the verify's cost at each width measured here "
+               f"and a prior alpha of {alpha:.2f}; --k sets it")
 
 
 def _width_cost(target: HFModel) -> Callable[[int, int], float]:
