@@ -373,3 +373,20 @@ def test_smollm2_right_padding_gives_the_left_padded_new_tokens(
     assert torch.equal(got[:, : right.shape[1]], right)
     _same_or_near_tie(target.module, rows, torch.cat([ids, got[:, right.shape[1]:]], dim=1), want,
                       ids.shape[1])
+
+
+@pytest.mark.slow
+def test_transformers_peers_of_a_head_are_its_prompt_lookup_and_its_int8_assistant(smol) -> None:  # type: ignore[no-untyped-def]
+    """transformers cannot draft from the target's features: `bench --draft head` rates the
+    head against its prompt lookup (4, 10 and K) and its assistant with the int8 self-draft
+    (its default schedule and K fixed)."""
+    from specsample.bench.peers import hf_variants
+
+    target = smol[0]
+    head = loading.load_drafter("head", target)
+    variants = hf_variants("head", target, head, 2)
+    assert [v.name for v in variants] == ["hf_lookup4", "hf_lookup10", "hf_lookup2", "hf_default", "hf_k2"]
+    assistant = variants[3].kwargs["assistant_model"]
+    assert "quantized" in repr(assistant).lower() and variants[4].config.num_assistant_tokens == 2
+    assert [v.name for v in hf_variants("head:other.safetensors", target, head, None)][:2] == \
+        ["hf_lookup4", "hf_lookup10"]

@@ -58,6 +58,24 @@ def test_models_returns_records_and_writes_them(runner: specsample.Runner, tmp_p
     assert [p.name for p in paths] == ["models.json", "models_tokens_per_s.png", "models_accepted.png"]
 
 
+def test_also_runs_another_drafter_at_its_own_k_and_rates_every_record_against_it(
+        runner: specsample.Runner) -> None:
+    plan = bench.ModelsPlan(prompts=2, repeats=1, max_new_tokens=4, temperatures=(0.7,), also="noisy:0.3")
+    report = bench.models(runner, plan, target=TOY, draft="lookup")
+    records = {r["method"]: r for r in report.records}
+    assert set(records) == {"plain", "specsample", "specsample:noisy:0.3"}
+    mine, other = records["specsample"], records["specsample:noisy:0.3"]
+    assert other["draft"] == "noisy:0.3" and mine["draft"] == "lookup"
+    assert other["k"] == report.settings["also_k"] == 4  # its own default K, not the runner's 2
+    assert other["ratio_vs_also"] == 1.0 and other["alpha"] is not None
+    assert mine["ratio_vs_also"] == pytest.approx(mine["tokens_per_s"] / other["tokens_per_s"])
+    low, high = mine["ratio_vs_also_ci95"]
+    assert low <= high
+    assert report.settings["methods"] == ["plain_ours", "specsample", "specsample:noisy:0.3"]
+    with pytest.raises(ValueError, match="also: expected a drafter name, got ''"):
+        bench.ModelsPlan(also="")
+
+
 def test_batch_memory_and_greedy_return_records(runner: specsample.Runner) -> None:
     record = bench.batch(runner, max_new_tokens=3, prompts=bench.BATCH_PROMPTS[:3], sizes=(1, 2, 5),
                          repeats=2)

@@ -33,11 +33,12 @@ def smol() -> object:
 # ---- refusals: checked before (or without) running a model --------------------------------
 
 BENCH_ONLY = {"--repeats": "2", "--vocab": "64", "--prompts": "1", "--temperatures": "0",
-              "--versus": "torch", "--skip-hf": None}
-REFUSED = [("core", f) for f in [*MODEL_FLAGS, "--prompts", "--temperatures", "--versus", "--skip-hf"]]
+              "--versus": "torch", "--also": "int8", "--skip-hf": None}
+REFUSED = [("core", f) for f in [*MODEL_FLAGS, "--prompts", "--temperatures", "--versus", "--also",
+                                 "--skip-hf"]]
 REFUSED += [("models", "--temperature"), ("models", "--vocab")]
 REFUSED += [("batch", f) for f in ("--temperature", "--top-k", "--top-p", "--min-p", "--vocab",
-                                   "--prompts", "--temperatures", "--versus", "--skip-hf")]
+                                   "--prompts", "--temperatures", "--versus", "--also", "--skip-hf")]
 REFUSED += [("memory", f) for f in ("--repeats", "--vocab", "--prompts", "--temperatures", "--versus",
                                     "--skip-hf")]
 REFUSED += [("greedy", f) for f in ("--temperature", "--top-k", "--top-p", "--min-p", "--repeats", "--vocab",
@@ -119,15 +120,16 @@ def test_bench_models_honours_its_flags(tmp_path: Path) -> None:
     path = tmp_path / "models.json"
     argv = ["bench", "models", *REFERENCE, "--draft", "lookup", "--k", "2", "--top-k", "5", "--top-p", "0.9",
             "--min-p", "0.05", "--seed", "3", "--max-new-tokens", "2", "--repeats", "2", "--prompts", "3",
-            "--temperatures", "0,0.5", "--versus", "reference", "--skip-hf", "--json", str(path)]
+            "--temperatures", "0,0.5", "--versus", "reference", "--also", "noisy:0.3", "--skip-hf",
+            "--json", str(path)]
     assert main(argv) == 0
     payload = json.loads(path.read_text())
     s = payload["settings"]
     assert (s["target"], s["draft"], s["k"], s["top_k"], s["top_p"], s["min_p"], s["seed"]) == \
         (TOY, "lookup", 2, 5, 0.9, 0.05, 3)
     assert (s["max_new_tokens"], s["repeats"], s["prompts"], s["temperatures"]) == (2, 2, 3, [0.0, 0.5])
-    assert s["backend"] == "reference" and s["versus"] == "reference"
-    assert set(s["methods"]) == {"plain_ours", "specsample", "specsample@reference"}
+    assert s["backend"] == "reference" and s["versus"] == "reference" and s["also"] == "noisy:0.3"
+    assert set(s["methods"]) == {"plain_ours", "specsample", "specsample@reference", "specsample:noisy:0.3"}
     runs = payload["runs"]
     assert {r["temperature"] for r in runs} == {0.0, 0.5} and {r["prompt"] for r in runs} == {0, 1, 2}
     assert {r["repeat"] for r in runs} == {0, 1} and all(r["new_tokens"] == 2 for r in runs)

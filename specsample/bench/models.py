@@ -67,6 +67,8 @@ class ModelsPlan:
         temperatures: the settings: a temperature (0 = greedy; the other sampling knobs come
             from the config), or a (temperature, top_p) pair.
         versus: also run specsample on this backend (record "specsample@NAME").
+        also: also run specsample with this drafter, on the same backend, at its own default
+            K (record "specsample:NAME"; every record gets `ratio_vs_also`).
         with_hf: include transformers' plain and assisted generation.
     """
 
@@ -75,9 +77,12 @@ class ModelsPlan:
     repeats: int = 3
     temperatures: tuple[Setting, ...] = (0.0, 0.7, (0.7, 0.9))
     versus: str | None = None
+    also: str | None = None
     with_hf: bool = True
 
     def __post_init__(self) -> None:
+        if self.also is not None and (not isinstance(self.also, str) or not self.also):
+            raise ValueError(f"also: expected a drafter name, got {self.also!r}")
         if isinstance(self.prompts, bool) or not isinstance(self.prompts, int) or \
                 not 1 <= self.prompts <= len(PROMPTS):
             raise ValueError(f"prompts: expected 1 to {len(PROMPTS)}, got {self.prompts!r}")
@@ -95,7 +100,7 @@ class ModelsPlan:
 class Method:
     """A benchmarked variant: `family` is the record it competes for."""
 
-    family: str  # "plain", "specsample", "specsample@BACKEND" or "hf_assisted"
+    family: str  # "plain", "specsample", "specsample@BACKEND", "specsample:DRAFT" or "hf_assisted"
     name: str
     k: int | str | None
     run: RunFn
@@ -153,9 +158,10 @@ def _versus(runner: Runner, name: str, target: str | None, draft: str | None) ->
 
 
 def methods(runner: Runner, draft: str | None, max_new_tokens: int, *, versus: Runner | None = None,
-            with_hf: bool = True) -> list[Method]:
-    """Plain decoding (ours, transformers'), specsample, and transformers' assisted generation
-    with the same draft (`draft` names it; None: no assisted peer)."""
+            with_hf: bool = True, also: Runner | None = None) -> list[Method]:
+    """Plain decoding (ours, transformers'), specsample (also on the `versus` runner's backend,
+    and with the `also` runner's drafter), and transformers' assisted generation with the
+    same draft (`draft` names it; None: no assisted peer)."""
     k = runner.config.k
     out = [Method(family="plain", name="plain_ours", k=None, run=_ours(runner, max_new_tokens, plain=True)),
            Method(family="specsample", name="specsample", k=k,
@@ -163,6 +169,10 @@ def methods(runner: Runner, draft: str | None, max_new_tokens: int, *, versus: R
     if versus is not None:
         name = f"specsample@{versus.config.backend}"
         out.append(Method(family=name, name=name, k=k, run=_ours(versus, max_new_tokens, plain=False)))
+    if also is not None:
+        name = f"specsample:{also.config.draft}"
+        out.append(Method(family=name, name=name, k=also.config.k,
+                          run=_ours(also, max_new_tokens, plain=False)))
     module = hf_module(runner.target) if with_hf else None
     if module is None:
         return out
@@ -257,17 +267,24 @@ def models(runner: Runner, plan: ModelsPlan, *, target: str | None = None, draft
         runner = dataclasses.replace(runner, config=dataclasses.replace(
             config, options={**config.options, "cost_ratio": c}))
     versus = None if plan.versus is None else _versus(runner, plan.versus, target, draft)
-    chosen = methods(runner, draft, plan.max_new_tokens, versus=versus, with_hf=plan.with_hf)
+    also, drafters = None, {}
+    if plan.also is not None:  # its own K: the default its drafter gets (`specsample.load`)
+        also = load(dataclasses.replace(config, draft=plan.also, k=None), target=target)
+        drafters[f"specsample:{plan.also}"] = (plan.also, measure_cost_ratio(
+            also.target, also.drafter, also.backend.asarray([prompts[0][1]]), config.params()))
+    chosen = methods(runner, draft, plan.max_new_tokens, versus=versus, with_hf=plan.with_hf, also=also)
     runs, warm = run_all(runner, chosen, prompts, plan.temperatures, plan.repeats, progress=progress)
     settings = {"backend": config.backend, "options": dict(runner.config.options),
                 "target": target, "draft": draft, "k": config.k, "c": c,
                 "max_new_tokens": plan.max_new_tokens, "repeats": plan.repeats, "prompts": plan.prompts,
                 "temperatures": [list(t) if isinstance(t, tuple) else t for t in plan.temperatures],
-                "versus": plan.versus,
+                "versus": plan.versus, "also": plan.also,
+                "also_k": None if also is None else also.config.k,
                 "compiled_graphs_after_warmup": warm, "compiled_graphs_at_end": compiled_graphs(),
                 "top_k": config.top_k, "top_p": config.top_p,
                 "min_p": config.min_p, "seed": config.seed, "methods": [m.name for m in chosen]}
-    return ModelsReport(settings=settings, records=summarise(runs, draft=draft, c=c), runs=runs)
+    return ModelsReport(settings=settings, records=summarise(runs, draft=draft, c=c, drafters=drafters),
+                        runs=runs)
 
 
 def write_models(report: ModelsReport, path: str | os.PathLike[str]) -> list[Path]:

@@ -72,7 +72,8 @@ def hf_variants(draft: str, target: Model, drafter: Drafter, k: int | None) -> l
     """transformers' assisted generation with the same draft (empty when it has no equivalent).
 
     Args:
-        draft: the drafter's name ("int8", "early-exit:N", "lookup" or a model spec).
+        draft: the drafter's name ("int8", "early-exit:N", "lookup", "head[:FILE]" or a model
+            spec).
         target: the backend's target (an HF module behind it, or no peer).
         drafter: the backend's drafter (a separate draft model's module is the assistant).
         k: the constant K, for a variant with K fixed (None: transformers' schedule only).
@@ -90,6 +91,10 @@ def hf_variants(draft: str, target: Model, drafter: Drafter, k: int | None) -> l
     if draft == "lookup":
         return [HFVariant(name=f"hf_lookup{n}", k=n, kwargs={"prompt_lookup_num_tokens": n})
                 for n in dict.fromkeys([4, 10] + ([k] if k is not None else []))]
+    if draft == "head" or draft.startswith("head:"):
+        # transformers cannot draft from the target's features: its best settings here are
+        # its prompt lookup and its assistant with the int8 self-draft.
+        return [*hf_variants("lookup", target, drafter, k), *hf_variants("int8", target, drafter, k)]
     if draft == "int8":
         assistant = int8_assistant(module)
         return _assistant_variants(assistant, {"assistant_model": assistant}, k)

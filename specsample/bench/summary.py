@@ -101,7 +101,8 @@ def _add_acceptance(record: dict[str, Any], runs: Sequence[Mapping[str, Any]],
         entry["efficiency"] = entry["throughput_speedup"] / entry["predicted_speedup"]
 
 
-def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float) -> list[dict[str, Any]]:
+def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float,
+              drafters: Mapping[str, tuple[str, float]] | None = None) -> list[dict[str, Any]]:
     """One record per (method family, setting), speedups against the faster plain variant.
 
     Args:
@@ -110,7 +111,10 @@ def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float)
             family at each setting.
         draft: the drafter's name (copied into each record).
         c: the draft/target cost ratio the predictions use.
+        drafters: family -> (drafter name, c) for families that ran another drafter (a
+            "specsample:NAME" family, rated against as `ratio_vs_also`).
     """
+    drafters = {} if drafters is None else dict(drafters)
     records: list[dict[str, Any]] = []
     for setting in dict.fromkeys(_label(r) for r in runs):
         at = [dict(r) for r in runs if _label(r) == setting]
@@ -120,13 +124,15 @@ def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float)
             raise ValueError(f"runs: expected plain runs at {setting}, got none")
         best, _ = best_variant(plain_runs)
         fastest = [r for r in plain_runs if r["method"] == best]
-        group = {f: _record(f, temperature, [r for r in at if r["family"] == f], draft=draft, c=c,
+        group = {f: _record(f, temperature, [r for r in at if r["family"] == f],
+                            draft=drafters.get(f, (draft, c))[0], c=drafters.get(f, (draft, c))[1],
                             plain=fastest)
                  for f in dict.fromkeys(r["family"] for r in at)}
         hf = group.get("hf_assisted")
         versus = next((group[f] for f in group if f.startswith("specsample@")), None)
+        also = next((group[f] for f in group if f.startswith("specsample:")), None)
         for record, chosen in group.values():
-            for key, other in (("ratio_vs_hf", hf), ("ratio_vs_versus", versus)):
+            for key, other in (("ratio_vs_hf", hf), ("ratio_vs_versus", versus), ("ratio_vs_also", also)):
                 record[key] = None if other is None else record["tokens_per_s"] / other[0]["tokens_per_s"]
                 record[f"{key}_ci95"] = None if other is None else list(
                     paired_interval(chosen, other[1], _median_ratio))

@@ -18,7 +18,7 @@ __all__ = ["add_parser", "models_table", "run_models", "show_models"]
 _MODEL = {"backend", "config", "target", "draft", "k", "seed", "max_new_tokens", "device", "dtype"}
 USED: dict[str, set[str]] = {
     "core": {"json", "repeats", "vocab"},
-    "models": _MODEL | set(SAMPLING[1:]) | {"json", "repeats", "prompts", "temperatures", "versus",
+    "models": _MODEL | set(SAMPLING[1:]) | {"json", "repeats", "prompts", "temperatures", "versus", "also",
                                             "skip_hf"},
     "batch": _MODEL | {"json", "repeats"},
     "memory": _MODEL | set(SAMPLING) | {"json"},
@@ -56,6 +56,10 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--versus", default=None, metavar="BACKEND",
                         help="also run specsample on this backend (e.g. torch, to rate static-cpu "
                              "against eager): record 'specsample@BACKEND' and ratio_vs_versus")
+    parser.add_argument("--also", default=None, metavar="DRAFT",
+                        help="also run specsample with this drafter on the same backend, at its own "
+                             "default K (e.g. int8, next to --draft head): record 'specsample:DRAFT' "
+                             "and ratio_vs_also")
     parser.add_argument("--skip-hf", action="store_true",
                         help="leave out transformers' plain and assisted generation")
     parser.set_defaults(run=run)
@@ -146,7 +150,8 @@ def run_models(args: argparse.Namespace, *, temperatures: Sequence[Any]) -> int:
     """`bench models`: the plan from the options (checked before any model loads), then the run."""
     values = {"prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
     plan = bench.ModelsPlan(**{k: v for k, v in values.items() if v is not None},
-                            temperatures=tuple(temperatures), versus=args.versus, with_hf=not args.skip_hf)
+                            temperatures=tuple(temperatures), versus=args.versus, also=args.also,
+                            with_hf=not args.skip_hf)
     path = Path("results/bench.json") if args.json is None else args.json
     return show_models(load(config_from_args(args)), plan, path=path)
 
@@ -179,10 +184,13 @@ def intervals(records: Sequence[Mapping[str, Any]]) -> None:
                           for tag, e in r["by_tag"].items())
         hf = "" if r.get("ratio_vs_hf") is None else \
             f"; vs HF assisted {span(r['ratio_vs_hf'], r['ratio_vs_hf_ci95'])}"
+        also = next((o["method"] for o in records if o["method"].startswith("specsample:")), None)
+        beside = "" if r.get("ratio_vs_also") is None else \
+            f"; vs {also} {span(r['ratio_vs_also'], r['ratio_vs_also_ci95'])}"
         overall = span(r["throughput_speedup"], r["throughput_speedup_ci95"])
         setting = r.get("setting") or r["temperature"]
         print(f"{setting}: specsample vs plain {overall} (95% bootstrap intervals over prompts x "
-              f"repeats); {kinds}{hf}")
+              f"repeats); {kinds}{hf}{beside}")
 
 
 def _fmt(value: Any, width: int, spec: str) -> str:
@@ -192,8 +200,10 @@ def _fmt(value: Any, width: int, spec: str) -> str:
 def models_table(records: Sequence[Mapping[str, Any]]) -> None:
     """Print one line per (method, setting)."""
     versus = any(r.get("ratio_vs_versus") is not None for r in records)
+    also = any(r.get("ratio_vs_also") is not None for r in records)
     print(f"{'method':<18}{'setting':>16}{'k':>11}{'tok/s':>8}{'speedup':>9}{'tput':>7}{'pred':>7}{'eff':>6}"
-          f"{'alpha':>7}{'vs HF':>7}" + (f"{'vs @':>7}" if versus else "") + "  variant")
+          f"{'alpha':>7}{'vs HF':>7}" + (f"{'vs @':>7}" if versus else "")
+          + (f"{'vs +':>7}" if also else "") + "  variant")
     for r in records:
         setting = r.get("setting") or r["temperature"]
         print(f"{r['method']:<18}{setting:>16}{r['k']!s:>11}{r['tokens_per_s']:>8.1f}"
@@ -201,7 +211,8 @@ def models_table(records: Sequence[Mapping[str, Any]]) -> None:
               f"{_fmt(r['predicted_speedup'], 7, '.2f')}"
               f"{_fmt(r['efficiency'], 6, '.2f')}{_fmt(r['alpha'], 7, '.3f')}"
               f"{_fmt(r['ratio_vs_hf'], 7, '.2f')}"
-              + (_fmt(r.get("ratio_vs_versus"), 7, ".2f") if versus else "") + f"  {r['variant']}")
+              + (_fmt(r.get("ratio_vs_versus"), 7, ".2f") if versus else "")
+              + (_fmt(r.get("ratio_vs_also"), 7, ".2f") if also else "") + f"  {r['variant']}")
 
 
 def _batch(runner: Runner, max_new: int | None, path: Path | None, settings: dict[str, Any],
