@@ -103,9 +103,8 @@ def fastest_k(alpha: float, c: float, width_cost: Callable[[int], float], k_max:
               ) -> tuple[int, tuple[float, ...]]:
     """The constant K in [1, k_max] that Thm 3.8 rates fastest once the verify's cost is
     counted: (1 - alpha^(K+1)) / (1 - alpha) expected tokens per round over the round's cost
-    in plain steps, K c + width_cost(K + 1). K = 1, 2, ... are rated in turn up to the first
-    that rates below its predecessor (each further draft adds alpha times less than the one
-    before, for at least c more), so `width_cost` is asked only for the widths rated.
+    in plain steps, K c + width_cost(K + 1). Every K is rated: a measured verify cost may
+    rise in steps, so a K that rates below its predecessor does not rule out a longer one.
 
     Args:
         alpha: the draft's per-token acceptance, in [0, 1].
@@ -115,7 +114,7 @@ def fastest_k(alpha: float, c: float, width_cost: Callable[[int], float], k_max:
         k_max: the largest K considered, >= 1.
 
     Returns:
-        K (the smaller on a tie) and the rate of each K rated, from 1 up, in tokens per plain
+        K (the smaller on a tie) and the rate of each K = 1..k_max, in tokens per plain
         step's cost (a plain step rates 1).
     """
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
@@ -132,8 +131,6 @@ def fastest_k(alpha: float, c: float, width_cost: Callable[[int], float], k_max:
             raise ValueError(f"width_cost: expected a positive finite cost, got {cost!r} at "
                              f"{k + 1} positions")
         rates.append(expected_tokens_per_round(float(alpha), k) / (k * float(c) + cost))
-        if len(rates) > 1 and rates[-1] < rates[-2]:
-            break
     best = max(range(len(rates)), key=lambda i: (rates[i], -i))
     return best + 1, tuple(rates)
 

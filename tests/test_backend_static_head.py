@@ -10,6 +10,7 @@ takes seconds; one check compiles with inductor.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -71,6 +72,30 @@ def test_a_head_gives_the_core_loops_tokens(target, heads) -> None:  # type: ign
             got = _same_as_core(backend, target, sure, run)
             assert got.metrics.drafted < 3 * got.metrics.row_rounds, (name, params)
     assert accepted > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Alternating:
+    """A K policy that alternates K = 4 and 1: a round after a wider one must recompute the
+    head's K/V over the wider round's drafts too."""
+
+    ks: tuple[int, ...] = (4, 1)
+
+    @property
+    def k_max(self) -> int:
+        return max(self.ks)
+
+    def next_k(self, metrics) -> int:  # type: ignore[no-untyped-def]
+        return self.ks[metrics.rounds % len(self.ks)]
+
+
+def test_a_head_gives_the_core_loops_tokens_when_k_changes_between_rounds(target, heads) -> None:  # type: ignore[no-untyped-def]
+    backend = create_cpu({"buckets": BUCKETS, "dtype": "float64", "compiler": "aot_eager"})
+    for seed in range(3):
+        run = dict(max_new_tokens=20, params=PARAMS[1], k=Alternating(), seed=seed,
+                   prompt_lengths=_ragged()[1])
+        got = _same_as_core(backend, target, HeadDrafter(heads["all ids"]), run)
+        assert got.metrics.k_counts[1] > 0 and got.metrics.k_counts[4] > 0
 
 
 def test_the_parity_bites_a_head_that_never_reads_the_targets_features(target, heads,

@@ -334,6 +334,7 @@ class Engine:
         slot.knob.copy_(knobs(params, self.vocab, dtype=slot.knob.dtype, device=self.device,
                               threshold=threshold))
         slot.eos.fill_(-1 if eos_token_id is None else eos_token_id)
+        slot.head_k = 0  # a head's K/V holds the target's features only, up to L - 1
 
     def iterate(self, prompt: Tensor, lengths: Tensor, run: RunOptions,
                 threshold: float | None = None) -> Iterator[Step]:
@@ -395,11 +396,13 @@ class Engine:
             draft = None
         elif slot.features is None:
             draft = DraftState(cache=cache(slot.draft_kv, (lengths - 2).clamp(min=0)), window=2)
-        else:  # a head's buffers as `HeadModel` lays them out: K/V, features, known
-            draft = DraftState(cache=Cache(lengths=lengths - 1, capacity=slot.capacity,
+        else:  # a head's buffers as `HeadModel` lays them out (K/V, features, known), and its
+            # window as `HeadDrafter.advance_features` leaves it: the last round's width
+            window = slot.head_k + 1
+            draft = DraftState(cache=Cache(lengths=(lengths - window).clamp(min=0), capacity=slot.capacity,
                                            buffers=(slot.draft_kv[0], slot.features, lengths - 1),
                                            lineage=slot.lineage, generation=slot.lineage.generation),
-                               window=1)
+                               window=window)
         return State(tokens=slot.tokens.clone(), lengths=lengths, stop_lengths=slot.stop.clone(),
                      target_cache=cache(slot.target_kv, lengths - 1), draft_state=draft,
                      done=slot.done.clone())

@@ -53,6 +53,8 @@ class Slot:
             (nodes, parents [B, width], sizes, uniforms [B, width+1]).
         features: a draft head's feature buffer [B, C, D] (None without a head): the
             target's features of committed positions, the head's predictions after them.
+        head_k: the K of the slot's last head round (0 before the first): the next round's
+            first draft forward feeds at least that many tokens plus one.
     """
 
     tokens: Tensor
@@ -70,6 +72,7 @@ class Slot:
     trees: dict[tuple[int, int], tuple[Callable[..., Any], tuple[Tensor, ...]]] = \
         dataclasses.field(default_factory=dict)
     features: Tensor | None = None
+    head_k: int = 0
 
     @property
     def capacity(self) -> int:
@@ -257,10 +260,11 @@ class PiecewiseRound:
         self.sample = engine.piece("sample", None, 1, slot.draft_kv)
         self.verify = engine.piece(f"verify-{rule}", None, k + 1, slot.target_kv)
         # The first draft forward feeds the last two committed tokens (the draft model's
-        # cache holds L - 2), or a head's last K + 1: every position after the last one whose
-        # head K/V came from the target's features alone (a round commits at most K + 1).
-        first = k + 1 if self.head is not None else 2
-        self.two = torch.arange(first, device=slot.tokens.device) - first
+        # cache holds L - 2), or a head's last max(K, K') + 1, K' the slot's last round's K:
+        # every position after the last one whose head K/V came from the target's features
+        # alone (the last round committed at most K' + 1 tokens, drafted from predictions).
+        self.two = torch.arange(2, device=slot.tokens.device) - 2
+        self.windows = {w: torch.arange(w, device=slot.tokens.device) - w for w in range(1, 2)}
         self.span = torch.arange(k + 1, device=slot.tokens.device) - 1
 
     def _draft(self, feed: Tensor, pos: Tensor, known: Tensor) -> Tensor:
@@ -276,7 +280,13 @@ class PiecewiseRound:
         s, k = self.slot, self.k
         lengths = s.lengths
         known = lengths - 1  # the positions whose features are the target's
-        pos = (lengths[:, None] + self.two).clamp(min=0)  # [B, 2] ([B, K+1] for a head)
+        back = self.two
+        if self.head is not None:
+            width = max(k, s.head_k) + 1
+            if width not in self.windows:
+                self.windows[width] = torch.arange(width, device=s.tokens.device) - width
+            back, s.head_k = self.windows[width], k
+        pos = (lengths[:, None] + back).clamp(min=0)  # [B, 2] ([B, max(K, K') + 1] for a head)
         feed = s.tokens.gather(1, pos)
         drafted, laws, sure = [], [], []
         for i in range(k):
