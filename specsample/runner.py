@@ -134,6 +134,14 @@ class Runner:
         why = "" if self.k_note is None else f"; {self.k_note}"
         return f"drafter {self.config.draft or 'default'}: {type(self.drafter).__name__}{why}"
 
+    def with_drafter(self, name: str) -> Runner:
+        """The same backend, target and tokenizer with the drafter `name` at its own default K
+        (as `load` settles it), e.g. a second drafter to benchmark beside this one."""
+        drafter = self.backend.load_drafter(name, self.target)
+        config, note = _settle_k(dataclasses.replace(self.config, draft=name, k=None), self.backend,
+                                 self.target, drafter)
+        return dataclasses.replace(self, config=config, drafter=drafter, k_note=note)
+
     def decode(self, generation: Generation) -> Generation:
         """`generation` with `texts`: each row's generated ids decoded."""
         rows = int(generation.sequences.shape[0])
@@ -159,13 +167,18 @@ def load(config: Config | None = None, *, target: str | None = None, draft: str 
     tokenizer = backend.tokenizer(spec)
     model = backend.load_target(spec)
     drafter = backend.load_drafter(draft if draft is not None else config.draft, model)
-    note = None
-    if config.k is None:  # the default K, now that the drafter is known
-        if getattr(drafter, "round_cost", None) is not None:
-            k = AUTO_K
-        else:
-            rated = backend.default_k(model, drafter)
-            k, note = (DEFAULT_K, None) if rated is None else rated
-        config = dataclasses.replace(config, k=k)
+    config, note = _settle_k(config, backend, model, drafter)
     return Runner(config=config, backend=backend, target=model, drafter=drafter, tokenizer=tokenizer,
                   k_note=note)
+
+
+def _settle_k(config: Config, backend: Backend, target: Model, drafter: Drafter) -> tuple[Config, str | None]:
+    """`config` with its K settled now that the drafter is known (where it gives none), and how
+    the backend chose it (None: the drafter's default)."""
+    if config.k is not None:
+        return config, None
+    if getattr(drafter, "round_cost", None) is not None:
+        return dataclasses.replace(config, k=AUTO_K), None
+    rated = backend.default_k(target, drafter)
+    k, note = (DEFAULT_K, None) if rated is None else rated
+    return dataclasses.replace(config, k=k), note

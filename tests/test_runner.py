@@ -235,3 +235,8 @@ def test_load_settles_the_default_k_by_the_drafter() -> None:
     assert k == 1 + rates.index(max(rates))
     sure = rated.backend.load_drafter("early-exit:10@0.5", rated.target)
     assert loading.rated_k(rated.target, sure) is None
+    # Another drafter on the same loaded target gets the K `load` would give it.
+    other = rated.with_drafter("lookup")
+    assert other.target is rated.target and other.backend is rated.backend
+    assert (other.config.draft, other.config.k, other.k_note) == ("lookup", DEFAULT_K, None)
+    assert rated.with_drafter("early-exit:10@0.5").config.k == DEFAULT_K

@@ -264,7 +264,7 @@ class PiecewiseRound:
         # every position after the last one whose head K/V came from the target's features
         # alone (the last round committed at most K' + 1 tokens, drafted from predictions).
         self.two = torch.arange(2, device=slot.tokens.device) - 2
-        self.windows = {w: torch.arange(w, device=slot.tokens.device) - w for w in range(1, 2)}
+        self.windows: dict[int, Tensor] = {}  # a head's first-forward offsets, by width
         self.span = torch.arange(k + 1, device=slot.tokens.device) - 1
 
     def _draft(self, feed: Tensor, pos: Tensor, known: Tensor) -> Tensor:

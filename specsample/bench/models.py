@@ -268,8 +268,8 @@ def models(runner: Runner, plan: ModelsPlan, *, target: str | None = None, draft
             config, options={**config.options, "cost_ratio": c}))
     versus = None if plan.versus is None else _versus(runner, plan.versus, target, draft)
     also, drafters = None, {}
-    if plan.also is not None:  # its own K: the default its drafter gets (`specsample.load`)
-        also = load(dataclasses.replace(config, draft=plan.also, k=None), target=target)
+    if plan.also is not None:  # the same target, at the default K its drafter gets
+        also = runner.with_drafter(plan.also)
         drafters[f"specsample:{plan.also}"] = (plan.also, measure_cost_ratio(
             also.target, also.drafter, also.backend.asarray([prompts[0][1]]), config.params()))
     chosen = methods(runner, draft, plan.max_new_tokens, versus=versus, with_hf=plan.with_hf, also=also)
