@@ -107,13 +107,13 @@ class DistillPlan:
         seed: every random choice.
     """
 
-    prompts: int = 384
+    prompts: int = 1152
     grounded: int = 384
     new_tokens: int = 96
     temperature: float = 0.7
     batch: int = 32
     vocab: int = 8192
-    epochs: int = 10
+    epochs: int = 4
     lr: float = 3e-3
     batch_rows: int = 8
     feature_weight: float = 1.0
