@@ -341,7 +341,8 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
     repeats, NAME elsewhere; "hybrid@T" / "hybrid:NAME@T" combine both; "auto" or
     "auto:NAME": the hybrid whose model drafts only where Thm 3.8 predicts them faster
     than plain steps, with c measured by `cost`, and, given `width_cost`, rounds of a batch
-    narrowed where their width costs more than it gains (see `HybridDrafter`). A bare
+    narrowed where their width costs more than it gains (see `HybridDrafter`), starting
+    from the model's own prior acceptance (`prior_alpha`, else `PRIOR_ALPHA`). A bare
     "auto" with `candidates` (model names) takes the one `choose_model` predicts fastest
     here instead of `default_model`. Other names go to `load` unchanged.
     """
@@ -362,8 +363,15 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
     if kind == "auto":
         if cost is None:
             raise ValueError(f"draft: {name!r} needs a backend that measures the draft's cost")
-        return hybrid(drafter, cost_ratio=cost(drafter), width_cost=width_cost)
+        return hybrid(drafter, cost_ratio=cost(drafter), width_cost=width_cost,
+                      prior_alpha=_prior(drafter))
     return hybrid(drafter) if kind else drafter
+
+
+def _prior(drafter: Drafter) -> float:
+    """The acceptance a model draft states for itself (`prior_alpha`, e.g. a head's held-out
+    alpha from its card), else `PRIOR_ALPHA`."""
+    return float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
 
 
 def choose_model(candidates: Sequence[str], load: Callable[[str], Drafter], *,
@@ -390,7 +398,7 @@ def choose_model(candidates: Sequence[str], load: Callable[[str], Drafter], *,
             continue
         if not isinstance(drafter, ModelDrafter):
             raise ValueError(f"candidates: {name!r} is not a model draft ({type(drafter).__name__})")
-        c, alpha = float(cost(drafter)), float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
+        c, alpha = float(cost(drafter)), _prior(drafter)
         rated.append(((1 + alpha) / (c + wide), name, drafter, c, alpha))
     if not rated:
         raise ValueError(f"candidates: none loads for this target: {'; '.join(skipped)}")

@@ -260,6 +260,8 @@ def test_bare_auto_chooses_the_model_whose_one_draft_round_rates_fastest() -> No
     named = compose_drafter("auto:cheap", load, default_model="dear", candidates=("dear",),
                             cost=lambda d: 0.1)
     assert isinstance(named, HybridDrafter) and named.model is cheap and named.choice is None
+    assert named.prior == (0.3, 8.0)  # the drafter's own prior, as when `auto` chooses it
+    assert compose_drafter("auto:dear", load, default_model="dear", cost=lambda d: 0.1).prior == (0.8, 8.0)
     with pytest.raises(ValueError, match="candidates: none loads for this target: missing"):
         compose_drafter("auto", load, default_model="dear", candidates=("missing",), cost=lambda d: 0.1)
 
