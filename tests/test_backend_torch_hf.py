@@ -390,3 +390,8 @@ def test_transformers_peers_of_a_head_are_its_prompt_lookup_and_its_int8_assista
     assert "quantized" in repr(assistant).lower() and variants[4].config.num_assistant_tokens == 2
     assert [v.name for v in hf_variants("head:other.safetensors", target, head, None)][:2] == \
         ["hf_lookup4", "hf_lookup10"]
+    # The head inside `auto` or `hybrid`: the lookup peers once, not once for each part.
+    for name in ("auto:head", "hybrid:head"):
+        hybrid = loading.load_drafter(name, target)
+        assert [v.name for v in hf_variants(name, target, hybrid, 8)] == \
+            ["hf_lookup4", "hf_lookup10", "hf_lookup8", "hf_default", "hf_k8"], name

@@ -188,6 +188,9 @@ def methods(runner: Runner, draft: str | None, max_new_tokens: int, *, versus: R
     out += [Method(family="hf_assisted", name=v.name, k=v.k, run=hf(v))
             for v in (hf_variants(draft, runner.target, runner.drafter, k if isinstance(k, int) else None)
                       if draft is not None else [])]
+    names = [m.name for m in out]
+    if len(set(names)) != len(names):  # before the runs: the summary pairs runs by method name
+        raise ValueError(f"draft, also: expected distinct benchmark methods, got {names}")
     return out
 
 

@@ -87,7 +87,8 @@ def hf_variants(draft: str, target: Model, drafter: Drafter, k: int | None) -> l
     kind, draft, _ = split_name(draft, default_model="int8")
     if kind is not None:  # no peer copies and drafts per row: its prompt lookup and its assistant
         model = drafter.model if isinstance(drafter, HybridDrafter) else drafter
-        return [*hf_variants("lookup", target, drafter, k), *hf_variants(draft, target, model, k)]
+        both = [*hf_variants("lookup", target, drafter, k), *hf_variants(draft, target, model, k)]
+        return list({v.name: v for v in both}.values())  # a head's own peers hold lookup too
     if draft == "lookup":
         return [HFVariant(name=f"hf_lookup{n}", k=n, kwargs={"prompt_lookup_num_tokens": n})
                 for n in dict.fromkeys([4, 10] + ([k] if k is not None else []))]
