@@ -194,7 +194,7 @@ def _candidate_threshold(rows: Array, host: np.ndarray, top_p: float) -> tuple[n
     level = np.maximum(sample[at, np.maximum(reach - 1, 0)],
                        np.finfo(host.dtype).smallest_subnormal)  # [R]
     # Compaction costs about its number of entries, so it runs once over all rows.
-    flat = np.flatnonzero(host >= level[:, None])  # row by row
+    flat = _flat_positions(rows, host >= level[:, None])  # row by row
     bounds = np.searchsorted(flat, np.arange(count + 1) * vocab)
     sizes = np.diff(bounds)  # [R] = |C|
     threshold = np.zeros(count, dtype=host.dtype)
@@ -202,15 +202,18 @@ def _candidate_threshold(rows: Array, host: np.ndarray, top_p: float) -> tuple[n
     usable = (sizes >= 1) & (sizes <= vocab // 4)
     if not usable.any():
         return threshold, proven
-    row = flat // vocab
     if not usable.all():  # leave out the rows not taken
-        flat, row = flat[usable[row]], row[usable[row]]
-        bounds = np.searchsorted(flat, np.arange(count + 1) * vocab)
-    width = int(sizes[usable].max())
-    ranked = np.zeros((count, width), dtype=host.dtype)
-    ranked[row, np.arange(flat.size) - bounds[row]] = host.reshape(-1)[flat]
-    # Descending, padding (zeros) last; the padding's verdicts are not read.
-    ranked = np.sort(ranked, axis=-1)[:, ::-1].copy()
+        flat = flat[np.repeat(usable, sizes)]
+        sizes = np.where(usable, sizes, 0)
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+    width = int(sizes.max())
+    # Row r's candidates go to slots r * width + 0, 1, ...: one flat gather and one flat write.
+    slots = np.arange(flat.size) + np.repeat(np.arange(count) * width - bounds[:-1], sizes)
+    ranked = np.zeros(count * width, dtype=host.dtype)
+    ranked[slots] = -host.reshape(-1)[flat]
+    # Ascending negated values: the candidates descending, the padding (zeros) last; the
+    # padding's verdicts are not read.
+    ranked = np.negative(np.sort(ranked.reshape(count, width), axis=-1), out=None)
     inside = np.asarray(_inside(xp, xp.asarray(ranked), top_p))  # torch on CPU shares the memory
     inside &= np.arange(width) < sizes[:, None]
     kept = np.count_nonzero(inside, axis=-1)  # >= 1 in usable rows: the first entry's mass before is 0
@@ -218,6 +221,16 @@ def _candidate_threshold(rows: Array, host: np.ndarray, top_p: float) -> tuple[n
     proven[usable] = ~inside[at, last][usable]
     threshold[usable] = ranked[at, np.maximum(kept - 1, 0)][usable]
     return threshold, proven
+
+
+def _flat_positions(rows: Array, mask: np.ndarray) -> np.ndarray:
+    """The flat indices of `mask`'s True entries, ascending: torch's `nonzero` for torch rows
+    (faster than NumPy's on CPU), NumPy's otherwise."""
+    if array_api_compat.is_torch_array(rows):
+        import torch
+
+        return torch.from_numpy(mask).view(-1).nonzero().view(-1).numpy()
+    return np.flatnonzero(mask)
 
 
 def _sort_descending(x: Array) -> Array:

@@ -64,11 +64,41 @@ def _keep(xp: Any, values: Array, key: Array, floor: Array) -> Array:
     if _eager_torch_cpu(values) and _owned(values):
         import torch
 
+        if key is values and _mask_by_rows(values, floor):
+            return values
         size = floor.abs()
         if bool(torch.all(torch.isfinite(size) & ((size == 0) | (size >= 2.0**-100)))):
             step = torch.sub(key, floor).sign_().add_(1).clamp_(max=1)
             return values.mul_(step)
     return xp.where(key >= floor, values, 0.0)
+
+
+# Rows up to which `_mask_by_rows` masks row by row (one call a row) rather than in passes
+# over the whole array.
+_ROW_CALLS = 4096
+
+
+def _mask_by_rows(values: Any, floor: Any) -> bool:
+    """For torch CPU `values` [..., V] and per-row floors [..., 1]: zero the entries below
+    their row's floor in place, one `threshold_` a row (a single pass, no new array), and
+    say so; False (nothing done) where another path must do it.
+
+    `threshold_` keeps x > t; with t the largest float below the floor, that is x >= floor
+    exactly. Floors of at least 2^-100 only, so that t is a normal number wherever the
+    process flushes subnormal ones.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if floor.dtype != values.dtype or floor.shape[-1:] != (1,) or floor.numel() > _ROW_CALLS \
+            or tuple(floor.shape[:-1]) != tuple(values.shape[:-1]) or not values.is_contiguous():
+        return False
+    below = torch.nextafter(floor, floor.new_full((), float("-inf"))).reshape(-1)
+    if not bool(torch.all(torch.isfinite(below) & (below >= 2.0**-100))):
+        return False
+    for row, t in zip(values.view(-1, values.shape[-1]), below.tolist(), strict=True):
+        F.threshold_(row, t, 0.0)
+    return True
 
 
 def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
