@@ -80,10 +80,10 @@ _ROW_CALLS = 4096
 
 def _mask_by_rows(values: Any, floor: Any) -> bool:
     """For torch CPU `values` [..., V] and per-row floors [..., 1]: zero the entries below
-    their row's floor in place, one `threshold_` a row (a single pass, no new array), and
-    say so; False (nothing done) where another path must do it.
+    their row's floor in place, one in-place `threshold` a row (a single pass, no new array),
+    and say so; False (nothing done) where another path must do it.
 
-    `threshold_` keeps x > t; with t the largest float below the floor, that is x >= floor
+    `threshold` keeps x > t; with t the largest float below the floor, that is x >= floor
     exactly. Floors of at least 2^-100 only, so that t is a normal number wherever the
     process flushes subnormal ones.
     """
@@ -93,11 +93,11 @@ def _mask_by_rows(values: Any, floor: Any) -> bool:
     if floor.dtype != values.dtype or floor.shape[-1:] != (1,) or floor.numel() > _ROW_CALLS \
             or tuple(floor.shape[:-1]) != tuple(values.shape[:-1]) or not values.is_contiguous():
         return False
-    below = torch.nextafter(floor, floor.new_full((), float("-inf"))).reshape(-1)
-    if not bool(torch.all(torch.isfinite(below) & (below >= 2.0**-100))):
+    if not bool(torch.all(torch.isfinite(floor) & (floor >= 2.0**-100))):
         return False
+    below = torch.nextafter(floor, floor.new_full((), float("-inf"))).reshape(-1)
     for row, t in zip(values.view(-1, values.shape[-1]), below.tolist(), strict=True):
-        F.threshold_(row, t, 0.0)
+        F.threshold(row, t, 0.0, inplace=True)
     return True
 
 

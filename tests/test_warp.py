@@ -280,6 +280,27 @@ def test_the_float_step_masks_like_where_next_to_zero_and_infinities() -> None:
         assert torch.equal(warping._keep(torch, values.clone(), key, at), want), floor
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_masking_a_row_by_itself_keeps_exactly_the_entries_at_or_above_its_floor(dtype: torch.dtype) -> None:
+    # Top-p and min-p mask a row by its own values, in place, a row at a time; floors too
+    # small for that (or not finite) take the float step instead. Both give `where`'s bits.
+    import importlib
+
+    warping = importlib.import_module("specsample.warp")
+    values = torch.tensor([[0.0, 1e-40, 2.0**-100, 0.1, 0.2, 0.2, 0.5]], dtype=dtype).repeat(3, 1)
+    for floor in (0.2, 0.1 + 1e-9, 2.0**-100, 1e-40, 0.0, 0.5, 1.0):
+        at = torch.full((3, 1), floor, dtype=dtype)
+        want = torch.where(values >= at, values, 0.0)
+        copy = values.clone()
+        assert torch.equal(warping._keep(torch, copy, copy, at), want), floor
+        rows = values.clone()
+        assert warping._mask_by_rows(rows, at) == (floor >= 2.0**-100), floor  # which path ran
+        assert torch.equal(rows, want if floor >= 2.0**-100 else values), floor
+    # Negative control: `threshold` at the floor itself (x > floor) drops the entries equal to it.
+    assert not torch.equal(torch.nn.functional.threshold(values, 0.2, 0.0),
+                           torch.where(values >= 0.2, values, 0.0))
+
+
 def test_a_temperature_that_overflows_the_logits_is_named() -> None:
     with pytest.raises(ValueError, match=r"params\.temperature"):
         warp(torch.tensor([[1.0, 3e38]]), SamplingParams(temperature=0.5))
