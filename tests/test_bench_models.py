@@ -76,6 +76,30 @@ def test_also_runs_another_drafter_at_its_own_k_and_rates_every_record_against_i
         bench.ModelsPlan(also="")
 
 
+def test_a_summary_that_fails_keeps_the_timed_runs(runner: specsample.Runner, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import json
+
+    from specsample.cli._bench import show_models
+
+    module = importlib.import_module("specsample.bench.models")  # the module, not its function
+
+    def broken(*args: object, **kwargs: object) -> list[dict[str, object]]:
+        raise ValueError("no summary")
+
+    monkeypatch.setattr(module, "summarise", broken)
+    plan = bench.ModelsPlan(prompts=2, repeats=1, max_new_tokens=3, temperatures=(0.7,))
+    with pytest.raises(bench.UnsummarisedRuns, match="no summary") as caught:
+        bench.models(runner, plan)
+    assert len(caught.value.report.runs) == 2 * 2 and caught.value.report.records == []
+    path = tmp_path / "kept.json"
+    with pytest.raises(ValueError, match=r"the runs were written to .*kept\.json"):
+        show_models(runner, plan, path=path)
+    kept = json.loads(path.read_text())
+    assert len(kept["runs"]) == 4 and kept["records"] == [] and kept["settings"]["repeats"] == 1
+
+
 def test_batch_memory_and_greedy_return_records(runner: specsample.Runner) -> None:
     record = bench.batch(runner, max_new_tokens=3, prompts=bench.BATCH_PROMPTS[:3], sizes=(1, 2, 5),
                          repeats=2)

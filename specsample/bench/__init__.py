@@ -12,7 +12,16 @@ matplotlib) are imported when a function runs.
 from specsample.bench.cost import measure_cost_ratio, next_logits, policy_with_cost
 from specsample.bench.greedy import TIE_GAP, GreedyPlan, GreedyReport, greedy
 from specsample.bench.measure import MEMORY_GROWTH_MIB, batch, memory, rss_mib
-from specsample.bench.models import Method, ModelsPlan, ModelsReport, methods, models, run_all, write_models
+from specsample.bench.models import (
+    Method,
+    ModelsPlan,
+    ModelsReport,
+    UnsummarisedRuns,
+    methods,
+    models,
+    run_all,
+    write_models,
+)
 from specsample.bench.output import compiled_graphs, machine, write_json
 from specsample.bench.peers import HFVariant, hf_generate, hf_sampling, hf_variants, int8_assistant
 from specsample.bench.plots import plot_models
@@ -32,7 +41,8 @@ from specsample.bench.summary import summarise
 __all__ = [
     "BATCH_PROMPTS", "MEMORY_GROWTH_MIB", "MEMORY_PROMPT", "NO_PROGRESS", "PROMPTS", "TIE_GAP",
     "GreedyPlan", "GreedyReport", "HFVariant", "Method", "ModelsPlan", "ModelsReport",
-    "Progress", "batch", "best_variant", "bootstrap_interval", "compiled_graphs", "greedy",
+    "Progress", "UnsummarisedRuns", "batch", "best_variant", "bootstrap_interval", "compiled_graphs",
+    "greedy",
     "greedy_prompts", "hf_generate", "hf_sampling", "hf_variants", "int8_assistant",
     "machine", "measure_cost_ratio", "median_rate", "memory", "merge_metrics", "methods", "models",
     "next_logits", "paired_interval", "plot_models", "policy_with_cost", "quantile", "rss_mib", "run_all",

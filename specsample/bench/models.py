@@ -22,8 +22,8 @@ from specsample.metrics import Metrics
 from specsample.params import SamplingParams
 from specsample.runner import Runner, encode_text, load
 
-__all__ = ["Method", "ModelsPlan", "ModelsReport", "Setting", "methods", "models", "run_all", "setting_label",
-           "setting_params", "write_models"]
+__all__ = ["Method", "ModelsPlan", "ModelsReport", "Setting", "UnsummarisedRuns", "methods", "models",
+           "run_all", "setting_label", "setting_params", "write_models"]
 
 RunFn = Callable[[list[int], SamplingParams, int], tuple[int, float, Metrics | None]]
 # A sampling setting of the benchmark: a temperature (the config's other knobs), or a
@@ -286,8 +286,21 @@ def models(runner: Runner, plan: ModelsPlan, *, target: str | None = None, draft
                 "compiled_graphs_after_warmup": warm, "compiled_graphs_at_end": compiled_graphs(),
                 "top_k": config.top_k, "top_p": config.top_p,
                 "min_p": config.min_p, "seed": config.seed, "methods": [m.name for m in chosen]}
-    return ModelsReport(settings=settings, records=summarise(runs, draft=draft, c=c, drafters=drafters),
-                        runs=runs)
+    try:
+        records = summarise(runs, draft=draft, c=c, drafters=drafters)
+    except ValueError as err:
+        raise UnsummarisedRuns(f"runs: the summary failed ({err}); the runs are kept in `report`",
+                               ModelsReport(settings=settings, records=[], runs=runs)) from err
+    return ModelsReport(settings=settings, records=records, runs=runs)
+
+
+class UnsummarisedRuns(ValueError):
+    """`models` timed every run but could not summarise them: `report` holds the settings and
+    the runs (no records), so that a long benchmark's measurements can still be written."""
+
+    def __init__(self, message: str, report: ModelsReport) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 def write_models(report: ModelsReport, path: str | os.PathLike[str]) -> list[Path]:

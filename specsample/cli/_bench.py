@@ -159,7 +159,11 @@ def run_models(args: argparse.Namespace, *, temperatures: Sequence[Any]) -> int:
 def show_models(runner: Runner, plan: bench.ModelsPlan, *, path: Path) -> int:
     """Run `bench.models`, write its JSON and plots, print the table."""
     print(runner.drafter_note())
-    report = bench.models(runner, plan, progress=Bars())
+    try:
+        report = bench.models(runner, plan, progress=Bars())
+    except bench.UnsummarisedRuns as err:  # keep the timed runs: they took the longest
+        kept = bench.write_json(path, err.report.payload())
+        raise ValueError(f"{err}; the runs were written to {kept}") from err
     paths = bench.write_models(report, path)
     print(f"wrote {', '.join(str(p) for p in paths)}")
     models_table(report.records)
