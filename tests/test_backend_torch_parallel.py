@@ -94,6 +94,9 @@ def test_two_collectives_per_layer_and_none_in_verification(sharded: dict[str, o
     # A lookup round is one verify forward and verification: the forward's all-reduces only.
     assert sharded["round_collectives"] == 2 * layers  # type: ignore[operator]
     assert sharded["generic_vs_fast"] < 1e-3  # type: ignore[operator]  # logits ~ 10-30 in size
+    # `auto` on a sharded target leaves the draft head out, and says why.
+    assert "left out: head (target: a draft head drafts for a target on one device" in \
+        sharded["auto"]  # type: ignore[operator]
 
 
 @pytest.mark.slow

@@ -208,11 +208,10 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) ->
                            width_cost=_width_cost(target), candidates=AUTO_MODELS)
 
 
-# The models a bare "auto" weighs (`specsample.hybrid.choose_model`). The shipped head
-# ("auto:head") is left out: its one-draft rounds rate above int8's at load here, but two
-# default benchmark runs with it gave efficiency below 0.85 under top-p (its draft warp and
-# the wider verify's warp are costs the rating leaves out), where int8's never-run gate held.
-AUTO_MODELS = ("int8",)
+# The models a bare "auto" weighs (`specsample.hybrid.choose_model`): the shipped head where
+# it was trained for this target, and the int8 self-draft; the one whose one-draft round
+# rates faster here is taken.
+AUTO_MODELS = ("head", "int8")
 
 
 def rated_k(target: HFModel, drafter: Drafter) -> tuple[int, str] | None:

@@ -1,4 +1,4 @@
-"""`specsample demo`: SmolLM2 with its int8 self-draft, or (--toy) toy models whose law is known."""
+"""`specsample demo`: SmolLM2 with the default drafter, or (--toy) toy models whose law is known."""
 
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
 def model_demo(*, k: int, seed: int) -> int:
     """The README's first command: SmolLM2-135M with the default drafter, then a short bench."""
     print(f"specsample demo: SmolLM2-135M-Instruct (target), drafter {DEFAULT_DRAFT!r} (prompt lookup, "
-          f"and its int8 copy where Thm 3.8 predicts a speedup), K={k}; loading...")
+          f"and a model draft where Thm 3.8 predicts a speedup: the shipped draft head or the int8 "
+          f"copy, whichever rates faster here), K={k}; loading...")
     config = load_config(None, {"k": k, "seed": seed, "temperature": 0.7, "target": DEFAULT_TARGET})
     runner = specsample.load(config)
     print("two prompts as one ragged batch, T=0.7 (the first streamed):")

@@ -53,7 +53,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                             f".gguf file; on the reference backend an 'ngram:...' spec")
     group.add_argument("--draft", default=None,
                        help=f"drafter: {DEFAULT_DRAFT!r} (default on torch: lookup where the context "
-                            f"repeats, int8 where Thm 3.8 predicts a speedup, else plain steps), "
+                            f"repeats, the shipped head or int8, whichever rates faster here, where "
+                            f"Thm 3.8 predicts a speedup, else plain steps), "
                             f"'int8', 'early-exit:N', 'lookup', 'suffix-tree[:N[xD]][+memory]' (a tree "
                             f"of up to N candidates, D deep, from the context and with +memory "
                             f"earlier calls; --k is unused), "
