@@ -285,9 +285,10 @@ def load_head(path: str | Path, target: HFModel) -> DraftHead:
     card = json.loads(card_path.read_text())
     if hashlib.sha256(path.read_bytes()).hexdigest() != card.get("weights_sha256"):
         raise ValueError(f"head: the weights in {path} are not the ones its card describes")
-    if getattr(target, "parallel", None) is not None:
+    sharded = getattr(target, "parallel", None)
+    if sharded is not None:
         raise ValueError(f"target: a draft head drafts for a target on one device, got one sharded over "
-                         f"{target.parallel.size} devices (tensor parallelism)")
+                         f"{sharded.size} devices (tensor parallelism)")
     mine = fingerprint(target)
     if card.get("target_fingerprint") != mine:
         raise ValueError(f"head: {path} was trained for target {card.get('target_fingerprint')!r}, "
