@@ -68,6 +68,9 @@ class Metrics:
             whose proposal was a copy of earlier context (a hybrid drafter's prompt lookup
             rows) are counted apart, in copied_accepted_at and copied_trials_at: a copy and a
             model draft of the same length are accepted at very different rates.
+        copied_k_counts: copied_k_counts[k] = rounds run with K = k >= 1 in which every row
+            that drafted proposed a copy (no draft model ran: `predicted_speedup` prices them
+            at the copying drafter's own cost).
     """
 
     rounds: int = 0
@@ -83,6 +86,7 @@ class Metrics:
     trials_at: tuple[int, ...] = ()
     copied_accepted_at: tuple[int, ...] = ()
     copied_trials_at: tuple[int, ...] = ()
+    copied_k_counts: tuple[int, ...] = ()
 
     @property
     def acceptance_rate(self) -> float:
@@ -132,27 +136,41 @@ class Metrics:
         total = sum(self.k_counts)
         return sum(k * n for k, n in enumerate(self.k_counts)) / total if total else 0.0
 
-    def predicted_speedup(self, c: float) -> float:
+    def predicted_speedup(self, c: float, *, copy_c: float | None = None) -> float:
         """Thm 3.8's prediction from the measured alpha and cost ratio c, per K actually run.
 
         With rounds at several K (an adaptive policy, a drafter that shortens rounds), the
         expected tokens and the cost (K c + 1 target forwards) of each round are summed:
         sum_K n_K E(alpha, K) / sum_K n_K (K c + 1); a constant K gives Thm 3.8 itself.
         A plain step (K = 0) counts as one token for one forward.
+
+        With `copy_c` (a hybrid drafter: copies of earlier context in some rounds, a draft
+        model's drafts in others), the theorem is applied to each kind of round: the copy
+        rounds (`copied_k_counts`) at their own acceptance and cost ratio `copy_c`, the
+        other rounds at the model drafts' acceptance and c.
         """
         c = _cost_ratio(c)
         runs = [(k, n) for k, n in enumerate(self.k_counts) if n]
         if not runs:
             return predicted_speedup(self.alpha, max(1, round(self.mean_k)), c)
-        tokens = sum(n * expected_tokens_per_round(self.alpha, k) for k, n in runs)
-        return tokens / sum(n * (k * c + 1) for k, n in runs)
+        if copy_c is None:
+            tokens = sum(n * expected_tokens_per_round(self.alpha, k) for k, n in runs)
+            return tokens / sum(n * (k * c + 1) for k, n in runs)
+        copy_c = _cost_ratio(copy_c)
+        copies = {k: n for k, n in enumerate(self.copied_k_counts) if n}
+        kinds = ((_rate(self.accepted_at, self.trials_at), c, {k: n - copies.get(k, 0) for k, n in runs}),
+                 (_rate(self.copied_accepted_at, self.copied_trials_at), copy_c, copies))
+        tokens = sum(n * expected_tokens_per_round(alpha, k) for alpha, _, counts in kinds
+                     for k, n in counts.items())
+        return tokens / sum(n * (k * cost + 1) for _, cost, counts in kinds for k, n in counts.items())
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-ready summary."""
         return {**dataclasses.asdict(self), "histogram": list(self.histogram),
                 "k_counts": list(self.k_counts), "accepted_at": list(self.accepted_at),
                 "trials_at": list(self.trials_at), "copied_accepted_at": list(self.copied_accepted_at),
-                "copied_trials_at": list(self.copied_trials_at), "acceptance_rate": self.acceptance_rate,
+                "copied_trials_at": list(self.copied_trials_at),
+                "copied_k_counts": list(self.copied_k_counts), "acceptance_rate": self.acceptance_rate,
                 "alpha": self.alpha, "mean_tokens_per_round": self.mean_tokens_per_round,
                 "tokens_per_s": self.tokens_per_s, "mean_k": self.mean_k}
 
@@ -163,6 +181,12 @@ def _add_at(counts: tuple[int, ...], index: int, amount: int) -> tuple[int, ...]
     return tuple(grown)
 
 
+def _rate(accepted_at: tuple[int, ...], trials_at: tuple[int, ...]) -> float:
+    """Accepted over trials, pooled over the lengths (0 without trials)."""
+    trials = sum(trials_at)
+    return sum(accepted_at) / trials if trials else 0.0
+
+
 def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
           active: list[bool], elapsed_s: float, drafted: list[int] | None = None,
           wanted: list[int] | None = None, copied: list[bool] | None = None) -> Metrics:
@@ -171,7 +195,8 @@ def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
     `drafted` gives the drafts each row verified when rows differ (default: k each); a row
     that accepted all of its own drafts saw no rejection. `wanted` gives the length each
     row asked for, under which its acceptance is filed (`accepted_at`; default: `drafted`);
-    `copied` says which rows proposed a copy (filed in `copied_accepted_at`; default: none).
+    `copied` says which rows proposed a copy (filed in `copied_accepted_at`; default: none);
+    a round of K >= 1 in which every row that drafted copied counts in `copied_k_counts`.
     """
     if copied is not None and len(copied) != len(active):
         raise ValueError(f"copied: expected {len(active)} flags (one per row), got {len(copied)}")
@@ -203,4 +228,7 @@ def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
         trials_at=evidence[False][1],
         copied_accepted_at=evidence[True][0],
         copied_trials_at=evidence[True][1],
+        copied_k_counts=(_add_at(metrics.copied_k_counts, k, 1)
+                         if k >= 1 and copied is not None and all(copied[i] for i in rows if own[i] >= 1)
+                         else metrics.copied_k_counts),
     )

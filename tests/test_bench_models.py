@@ -76,6 +76,24 @@ def test_also_runs_another_drafter_at_its_own_k_and_rates_every_record_against_i
         bench.ModelsPlan(also="")
 
 
+def test_a_hybrid_drafter_is_rated_by_kind_of_round() -> None:
+    # Copies at prompt lookup's own c, model drafts at the model's: both timed at load.
+    hybrid = specsample.load(Config(backend="reference", k=2, seed=4, temperature=0.7), target=TOY,
+                             draft="hybrid:noisy:0.3")
+    plan = bench.ModelsPlan(prompts=2, repeats=1, max_new_tokens=4, temperatures=(0.7,))
+    report = bench.models(hybrid, plan, target=TOY, draft="hybrid:noisy:0.3")
+    kinds = report.settings["costs_by_kind"]
+    spec = next(r for r in report.records if r["method"] == "specsample")
+    assert set(kinds) == {"model", "copy"} and spec["c"] == kinds["model"] and spec["c_copy"] == kinds["copy"]
+    assert bench.models(hybrid, plan).settings["costs_by_kind"] is not None
+    plain = bench.models(runner_of("lookup"), plan, target=TOY, draft="lookup")  # not a hybrid
+    assert plain.settings["costs_by_kind"] is None and plain.records[-1]["c_copy"] is None
+
+
+def runner_of(draft: str) -> specsample.Runner:
+    return specsample.load(Config(backend="reference", k=2, seed=4, temperature=0.7), target=TOY, draft=draft)
+
+
 def test_a_summary_that_fails_keeps_the_timed_runs(runner: specsample.Runner, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib

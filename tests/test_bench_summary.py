@@ -49,6 +49,31 @@ def test_efficiency_compares_rates_over_the_same_workload() -> None:
     assert spec["ratio_vs_hf_ci95"] is None and "runs" not in spec
 
 
+def test_a_hybrids_efficiency_prices_copies_and_model_drafts_apart() -> None:
+    from specsample.metrics import Metrics, tally
+
+    copies = tally(Metrics(), k=4, accepted=[4], emitted=[5], active=[True], elapsed_s=1.0,
+                   wanted=[4], copied=[True])
+    drafts = tally(Metrics(), k=1, accepted=[0], emitted=[1], active=[True], elapsed_s=1.0,
+                   wanted=[1], copied=[False])
+    def run(family: str, prompt: int, seconds: float, metrics: Metrics | None) -> dict[str, object]:
+        return {"family": family, "method": "plain_ours" if family == "plain" else family, "k": 8,
+                "temperature": 0.0, "prompt": prompt, "tag": "open", "repeat": 0, "new_tokens": 60,
+                "seconds": seconds, "tokens_per_s": 60 / seconds,
+                "metrics": None if metrics is None else metrics.as_dict()}
+
+    runs = [run("plain", 0, 4.0, None), run("specsample", 0, 2.0, copies),  # a copy round
+            run("plain", 1, 4.0, None), run("specsample", 1, 4.4, drafts)]  # a failed model draft
+    spec = next(r for r in bench.summarise(runs, draft="auto", c=0.12, copy_c=0.03)
+                if r["method"] == "specsample")
+    both = bench.merge_metrics([copies.as_dict(), drafts.as_dict()])
+    assert spec["c"] == 0.12 and spec["c_copy"] == 0.03
+    assert spec["predicted_speedup"] == pytest.approx(both.predicted_speedup(0.12, copy_c=0.03))
+    assert spec["predicted_speedup"] != pytest.approx(both.predicted_speedup(0.12))
+    pooled = next(r for r in bench.summarise(runs, draft="auto", c=0.12) if r["method"] == "specsample")
+    assert pooled["c_copy"] is None and pooled["efficiency"] != pytest.approx(spec["efficiency"])
+
+
 def test_summarise_needs_plain_runs() -> None:
     runs = [{"family": "specsample", "method": "specsample", "temperature": 0.0}]
     with pytest.raises(ValueError, match=r"runs: expected plain runs at T=0, got none"):

@@ -239,3 +239,33 @@ def test_tally_files_copies_apart_from_model_drafts() -> None:
     with pytest.raises(ValueError, match="copied: expected 2 flags"):
         tally(Metrics(), k=4, accepted=[4, 0], emitted=[5, 1], active=[True, True], elapsed_s=1.0,
               copied=[True])
+
+
+def test_a_hybrids_prediction_prices_each_kind_of_round_at_its_own_cost() -> None:
+    """Copy rounds (every drafting row copied) at their own acceptance and copy_c, model
+    rounds at the model drafts' acceptance and c; plain steps at one token a forward."""
+    m = Metrics()
+    rounds = (  # (K, accepted, copied)
+        (8, 8, True), (8, 2, True), (1, 0, False), (1, 1, False), (1, 0, False), (0, 0, False))
+    for k, accepted, copied in rounds:
+        m = tally(m, k=k, accepted=[accepted], emitted=[accepted + 1], active=[True], elapsed_s=0.0,
+                  wanted=[k], copied=[copied])
+    assert m.copied_k_counts == (0, 0, 0, 0, 0, 0, 0, 0, 2) and m.k_counts == (1, 3, 0, 0, 0, 0, 0, 0, 2)
+    copy_alpha, model_alpha = 10 / 11, 1 / 3  # copies: 10 accepted, 1 rejection; model: 1 of 3
+    c, copy_c = 0.12, 0.03
+    tokens = 2 * expected_tokens_per_round(copy_alpha, 8) + 3 * expected_tokens_per_round(model_alpha, 1) + 1
+    cost = 2 * (8 * copy_c + 1) + 3 * (c + 1) + 1
+    assert m.predicted_speedup(c, copy_c=copy_c) == pytest.approx(tokens / cost)
+    # Negative control: pooled (no copy_c), the same rounds read one alpha and one c.
+    pooled = m.alpha
+    assert m.predicted_speedup(c) == pytest.approx(
+        (2 * expected_tokens_per_round(pooled, 8) + 3 * expected_tokens_per_round(pooled, 1) + 1)
+        / (2 * (8 * c + 1) + 3 * (c + 1) + 1))
+    assert m.predicted_speedup(c) != pytest.approx(m.predicted_speedup(c, copy_c=copy_c))
+    # A round of a batch counts as a copy only when every row that drafted copied.
+    mixed = tally(Metrics(), k=4, accepted=[4, 0], emitted=[5, 1], active=[True, True], elapsed_s=0.0,
+                  wanted=[4, 4], copied=[True, False])
+    assert mixed.copied_k_counts == () and merge_metrics([m.as_dict(), m.as_dict()]).copied_k_counts == \
+        (0, 0, 0, 0, 0, 0, 0, 0, 4)
+    with pytest.raises(ValueError, match=r"c: expected a finite cost ratio >= 0, got -0\.5"):
+        m.predicted_speedup(c, copy_c=-0.5)

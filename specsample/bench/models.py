@@ -18,6 +18,7 @@ from specsample.bench.progress import NO_PROGRESS, Progress
 from specsample.bench.prompts import PROMPTS
 from specsample.bench.summary import summarise
 from specsample.generate import Generation
+from specsample.hybrid import HybridDrafter
 from specsample.metrics import Metrics
 from specsample.params import SamplingParams
 from specsample.runner import Runner, encode_text, load
@@ -121,12 +122,14 @@ class ModelsReport:
             "tokens_per_s": "median over prompts x repeats of per-run new tokens / wall seconds "
                             "(one generate call, prefill included); every run generates exactly "
                             "max_new_tokens (EOS disabled)",
-            "c": "median time of one draft step (propose, K=1) / one target forward, batch 1",
+            "c": "median time of one draft step (propose, K=1) / one target forward, batch 1; for a "
+                 "hybrid drafter, of its model's step (c_copy: of its prompt lookup's)",
             "achieved_speedup": "median tokens/s over the faster plain variant's median",
             "throughput_speedup": "all new tokens / all seconds, over the same for plain",
             "tokens_per_s_ci95": "95% percentile bootstrap interval of the median tokens/s",
             "efficiency": "throughput_speedup / predicted_speedup (Thm 3.8 summed over the rounds "
-                          "at each K, from the pooled alpha and c)",
+                          "at each K, from the pooled alpha and c; for a hybrid drafter, by kind of "
+                          "round: copies at their own alpha and c_copy, model drafts at theirs and c)",
             "records": self.records, "runs": self.runs}
 
 
@@ -265,20 +268,26 @@ def models(runner: Runner, plan: ModelsPlan, *, target: str | None = None, draft
     prompts = [(tag, encode_text(runner.tokenizer, text)) for tag, text in PROMPTS[:plan.prompts]]
     c = measure_cost_ratio(runner.target, runner.drafter, runner.backend.asarray([prompts[0][1]]),
                            runner.config.params())
+    kinds = _kind_costs(runner, prompts[0][1])
     config = runner.config
     if config.k == "adaptive" and "cost_ratio" not in config.options:
         runner = dataclasses.replace(runner, config=dataclasses.replace(
             config, options={**config.options, "cost_ratio": c}))
     versus = None if plan.versus is None else _versus(runner, plan.versus, target, draft)
-    also, drafters = None, {}
+    also, drafters, copy_costs = None, {}, {}
     if plan.also is not None:  # the same target, at the default K its drafter gets
         also = runner.with_drafter(plan.also)
         drafters[f"specsample:{plan.also}"] = (plan.also, measure_cost_ratio(
             also.target, also.drafter, also.backend.asarray([prompts[0][1]]), config.params()))
+        also_kinds = _kind_costs(also, prompts[0][1])
+        if also_kinds is not None:
+            drafters[f"specsample:{plan.also}"] = (plan.also, also_kinds[0])
+            copy_costs[f"specsample:{plan.also}"] = also_kinds[1]
     chosen = methods(runner, draft, plan.max_new_tokens, versus=versus, with_hf=plan.with_hf, also=also)
     runs, warm = run_all(runner, chosen, prompts, plan.temperatures, plan.repeats, progress=progress)
     settings = {"backend": config.backend, "options": dict(runner.config.options),
                 "target": target, "draft": draft, "k": config.k, "c": c,
+                "costs_by_kind": None if kinds is None else {"model": kinds[0], "copy": kinds[1]},
                 "max_new_tokens": plan.max_new_tokens, "repeats": plan.repeats, "prompts": plan.prompts,
                 "temperatures": [list(t) if isinstance(t, tuple) else t for t in plan.temperatures],
                 "versus": plan.versus, "also": plan.also,
@@ -287,11 +296,25 @@ def models(runner: Runner, plan: ModelsPlan, *, target: str | None = None, draft
                 "top_k": config.top_k, "top_p": config.top_p,
                 "min_p": config.min_p, "seed": config.seed, "methods": [m.name for m in chosen]}
     try:
-        records = summarise(runs, draft=draft, c=c, drafters=drafters)
+        records = summarise(runs, draft=draft, c=c if kinds is None else kinds[0], drafters=drafters,
+                            copy_c=None if kinds is None else kinds[1], copy_costs=copy_costs)
     except ValueError as err:
         raise UnsummarisedRuns(f"runs: the summary failed ({err}); the runs are kept in `report`",
                                ModelsReport(settings=settings, records=[], runs=runs)) from err
     return ModelsReport(settings=settings, records=records, runs=runs)
+
+
+def _kind_costs(runner: Runner, prompt: list[int]) -> tuple[float, float] | None:
+    """For a hybrid drafter (prompt lookup's copies in some rounds, a draft model's drafts in
+    others), the c of its model and of its prompt lookup, each timed as `measure_cost_ratio`
+    times a drafter, so that Thm 3.8 prices each kind of round at its own cost; None for
+    other drafters (their one c is the drafter's)."""
+    drafter = runner.drafter
+    if not isinstance(drafter, HybridDrafter):
+        return None
+    ids, params = runner.backend.asarray([prompt]), runner.config.params()
+    return (measure_cost_ratio(runner.target, drafter.model, ids, params),
+            measure_cost_ratio(runner.target, drafter.lookup, ids, params))
 
 
 class UnsummarisedRuns(ValueError):

@@ -142,5 +142,7 @@ def merge_metrics(records: Sequence[Mapping[str, Any]]) -> Metrics:
                                     copied_accepted_at=_add(total.copied_accepted_at,
                                                             d.get("copied_accepted_at", ())),
                                     copied_trials_at=_add(total.copied_trials_at,
-                                                          d.get("copied_trials_at", ())))
+                                                          d.get("copied_trials_at", ())),
+                                    copied_k_counts=_add(total.copied_k_counts,
+                                                         d.get("copied_k_counts", ())))
     return total

@@ -20,7 +20,8 @@ __all__ = ["summarise"]
 
 
 def _record(family: str, temperature: float, runs: list[dict[str, Any]], *, draft: str | None, c: float,
-            plain: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            plain: Sequence[Mapping[str, Any]], copy_c: float | None = None
+            ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The summary of one (method, setting), and the runs of its fastest variant that it
     summarises; `plain` holds the faster plain variant's runs."""
     best, medians = best_variant(runs)
@@ -32,7 +33,7 @@ def _record(family: str, temperature: float, runs: list[dict[str, Any]], *, draf
         "tokens_per_s_ci95": list(bootstrap_interval(tps)),
         "tokens_per_s_min": min(tps), "tokens_per_s_max": max(tps),
         "tokens_per_s_q25": quantile(tps, 0.25), "tokens_per_s_q75": quantile(tps, 0.75),
-        "acceptance_rate": None, "alpha": None, "mean_tokens_per_round": None, "c": c,
+        "acceptance_rate": None, "alpha": None, "mean_tokens_per_round": None, "c": c, "c_copy": copy_c,
         "predicted_speedup": None, "n_runs": len(chosen)}
     record["achieved_speedup"] = record["tokens_per_s"] / median_rate(plain)
     record["throughput_speedup"] = throughput(chosen) / throughput(plain)
@@ -45,7 +46,7 @@ def _record(family: str, temperature: float, runs: list[dict[str, Any]], *, draf
                                  "throughput_speedup": throughput(mine) / throughput(base),
                                  **_intervals(mine, base)}
     if family.startswith("specsample"):
-        _add_acceptance(record, chosen, plain, c)
+        _add_acceptance(record, chosen, plain, c, copy_c)
     return record, chosen
 
 
@@ -65,8 +66,9 @@ def _intervals(mine: Sequence[Mapping[str, Any]],
 
 
 def _add_acceptance(record: dict[str, Any], runs: Sequence[Mapping[str, Any]],
-                    plain: Sequence[Mapping[str, Any]], c: float) -> None:
-    """alpha, Thm 3.8's prediction and the efficiency: achieved over predicted speedup.
+                    plain: Sequence[Mapping[str, Any]], c: float, copy_c: float | None) -> None:
+    """alpha, Thm 3.8's prediction and the efficiency: achieved over predicted speedup (with
+    `copy_c`, by kind of round: `Metrics.predicted_speedup`).
 
     The prediction is a ratio of expected rates over the whole workload, so `efficiency`
     compares it with the measured ratio of rates over the same workload (all tokens over
@@ -78,18 +80,18 @@ def _add_acceptance(record: dict[str, Any], runs: Sequence[Mapping[str, Any]],
     m = merge_metrics([r["metrics"] for r in runs])
     record.update(acceptance_rate=m.acceptance_rate, alpha=m.alpha,
                   mean_tokens_per_round=m.mean_tokens_per_round, mean_k=m.mean_k,
-                  histogram=list(m.histogram), predicted_speedup=m.predicted_speedup(c))
+                  histogram=list(m.histogram), predicted_speedup=m.predicted_speedup(c, copy_c=copy_c))
     record["efficiency"] = record["throughput_speedup"] / record["predicted_speedup"]
 
     def efficiency(mine: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]) -> float:
-        predicted = merge_metrics([r["metrics"] for r in mine]).predicted_speedup(c)
+        predicted = merge_metrics([r["metrics"] for r in mine]).predicted_speedup(c, copy_c=copy_c)
         return throughput(mine) / throughput(base) / predicted
 
     record["efficiency_ci95"] = list(paired_interval(runs, plain, efficiency))
     per_prompt = []
     for index in dict.fromkeys(r["prompt"] for r in runs):
         mine, base = ([r for r in rs if r["prompt"] == index] for rs in (runs, plain))
-        predicted = merge_metrics([r["metrics"] for r in mine]).predicted_speedup(c)
+        predicted = merge_metrics([r["metrics"] for r in mine]).predicted_speedup(c, copy_c=copy_c)
         per_prompt.append(median_rate(mine) / median_rate(base) / predicted)
     record["efficiency_per_prompt"] = {"median": statistics.median(per_prompt),
                                        "min": min(per_prompt), "n_prompts": len(per_prompt)}
@@ -97,12 +99,13 @@ def _add_acceptance(record: dict[str, Any], runs: Sequence[Mapping[str, Any]],
         t = merge_metrics([r["metrics"] for r in runs if r["tag"] == tag])
         entry.update(alpha=t.alpha, acceptance_rate=t.acceptance_rate,
                      mean_tokens_per_round=t.mean_tokens_per_round,
-                     predicted_speedup=t.predicted_speedup(c))
+                     predicted_speedup=t.predicted_speedup(c, copy_c=copy_c))
         entry["efficiency"] = entry["throughput_speedup"] / entry["predicted_speedup"]
 
 
 def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float,
-              drafters: Mapping[str, tuple[str, float]] | None = None) -> list[dict[str, Any]]:
+              drafters: Mapping[str, tuple[str, float]] | None = None, copy_c: float | None = None,
+              copy_costs: Mapping[str, float | None] | None = None) -> list[dict[str, Any]]:
     """One record per (method family, setting), speedups against the faster plain variant.
 
     Args:
@@ -113,8 +116,13 @@ def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float,
         c: the draft/target cost ratio the predictions use.
         drafters: family -> (drafter name, c) for families that ran another drafter (a
             "specsample:NAME" family, rated against as `ratio_vs_also`).
+        copy_c: for a hybrid drafter (copies in some rounds, model drafts in others), the
+            cost ratio of its copies; c is then its model's, and Thm 3.8 is applied to each
+            kind of round. None: one c for every round.
+        copy_costs: family -> the same for the `drafters` families.
     """
     drafters = {} if drafters is None else dict(drafters)
+    copies = {} if copy_costs is None else dict(copy_costs)
     records: list[dict[str, Any]] = []
     for setting in dict.fromkeys(_label(r) for r in runs):
         at = [dict(r) for r in runs if _label(r) == setting]
@@ -126,7 +134,7 @@ def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float,
         fastest = [r for r in plain_runs if r["method"] == best]
         group = {f: _record(f, temperature, [r for r in at if r["family"] == f],
                             draft=drafters.get(f, (draft, c))[0], c=drafters.get(f, (draft, c))[1],
-                            plain=fastest)
+                            plain=fastest, copy_c=copies.get(f, copy_c))
                  for f in dict.fromkeys(r["family"] for r in at)}
         hf = group.get("hf_assisted")
         versus = next((group[f] for f in group if f.startswith("specsample@")), None)
