@@ -213,7 +213,7 @@ def _candidate_threshold(rows: Array, host: np.ndarray, top_p: float) -> tuple[n
     ranked[slots] = -host.reshape(-1)[flat]
     # Ascending negated values: the candidates descending, the padding (zeros) last; the
     # padding's verdicts are not read.
-    ranked = np.negative(np.sort(ranked.reshape(count, width), axis=-1), out=None)
+    ranked = -np.sort(ranked.reshape(count, width), axis=-1)
     inside = np.asarray(_inside(xp, xp.asarray(ranked), top_p))  # torch on CPU shares the memory
     inside &= np.arange(width) < sizes[:, None]
     kept = np.count_nonzero(inside, axis=-1)  # >= 1 in usable rows: the first entry's mass before is 0

@@ -12,10 +12,13 @@ from specsample import Config, bench
 TOY = "ngram:vocab=8,order=2,seed=1"
 
 
+def runner_of(draft: str) -> specsample.Runner:
+    return specsample.load(Config(backend="reference", k=2, seed=4, temperature=0.7), target=TOY, draft=draft)
+
+
 @pytest.fixture(scope="module")
 def runner() -> specsample.Runner:
-    return specsample.load(Config(backend="reference", k=2, seed=4, temperature=0.7), target=TOY,
-                           draft="lookup")
+    return runner_of("lookup")
 
 
 class Recorder:
@@ -78,8 +81,7 @@ def test_also_runs_another_drafter_at_its_own_k_and_rates_every_record_against_i
 
 def test_a_hybrid_drafter_is_rated_by_kind_of_round() -> None:
     # Copies at prompt lookup's own c, model drafts at the model's: both timed at load.
-    hybrid = specsample.load(Config(backend="reference", k=2, seed=4, temperature=0.7), target=TOY,
-                             draft="hybrid:noisy:0.3")
+    hybrid = runner_of("hybrid:noisy:0.3")
     plan = bench.ModelsPlan(prompts=2, repeats=1, max_new_tokens=4, temperatures=(0.7,))
     report = bench.models(hybrid, plan, target=TOY, draft="hybrid:noisy:0.3")
     kinds = report.settings["costs_by_kind"]
@@ -88,10 +90,6 @@ def test_a_hybrid_drafter_is_rated_by_kind_of_round() -> None:
     assert bench.models(hybrid, plan).settings["costs_by_kind"] is not None
     plain = bench.models(runner_of("lookup"), plan, target=TOY, draft="lookup")  # not a hybrid
     assert plain.settings["costs_by_kind"] is None and plain.records[-1]["c_copy"] is None
-
-
-def runner_of(draft: str) -> specsample.Runner:
-    return specsample.load(Config(backend="reference", k=2, seed=4, temperature=0.7), target=TOY, draft=draft)
 
 
 def test_a_summary_that_fails_keeps_the_timed_runs(runner: specsample.Runner, tmp_path: Path,

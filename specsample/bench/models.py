@@ -274,15 +274,12 @@ def models(runner: Runner, plan: ModelsPlan, *, target: str | None = None, draft
         runner = dataclasses.replace(runner, config=dataclasses.replace(
             config, options={**config.options, "cost_ratio": c}))
     versus = None if plan.versus is None else _versus(runner, plan.versus, target, draft)
-    also, drafters, copy_costs = None, {}, {}
+    also, drafters = None, {}
     if plan.also is not None:  # the same target, at the default K its drafter gets
         also = runner.with_drafter(plan.also)
-        drafters[f"specsample:{plan.also}"] = (plan.also, measure_cost_ratio(
-            also.target, also.drafter, also.backend.asarray([prompts[0][1]]), config.params()))
         also_kinds = _kind_costs(also, prompts[0][1])
-        if also_kinds is not None:
-            drafters[f"specsample:{plan.also}"] = (plan.also, also_kinds[0])
-            copy_costs[f"specsample:{plan.also}"] = also_kinds[1]
+        drafters[f"specsample:{plan.also}"] = (plan.also, *(also_kinds or (measure_cost_ratio(
+            also.target, also.drafter, also.backend.asarray([prompts[0][1]]), config.params()), None)))
     chosen = methods(runner, draft, plan.max_new_tokens, versus=versus, with_hf=plan.with_hf, also=also)
     runs, warm = run_all(runner, chosen, prompts, plan.temperatures, plan.repeats, progress=progress)
     settings = {"backend": config.backend, "options": dict(runner.config.options),
@@ -297,7 +294,7 @@ def models(runner: Runner, plan: ModelsPlan, *, target: str | None = None, draft
                 "min_p": config.min_p, "seed": config.seed, "methods": [m.name for m in chosen]}
     try:
         records = summarise(runs, draft=draft, c=c if kinds is None else kinds[0], drafters=drafters,
-                            copy_c=None if kinds is None else kinds[1], copy_costs=copy_costs)
+                            copy_c=None if kinds is None else kinds[1])
     except ValueError as err:
         raise UnsummarisedRuns(f"runs: the summary failed ({err}); the runs are kept in `report`",
                                ModelsReport(settings=settings, records=[], runs=runs)) from err

@@ -104,8 +104,8 @@ def _add_acceptance(record: dict[str, Any], runs: Sequence[Mapping[str, Any]],
 
 
 def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float,
-              drafters: Mapping[str, tuple[str, float]] | None = None, copy_c: float | None = None,
-              copy_costs: Mapping[str, float | None] | None = None) -> list[dict[str, Any]]:
+              drafters: Mapping[str, tuple[str, float, float | None]] | None = None,
+              copy_c: float | None = None) -> list[dict[str, Any]]:
     """One record per (method family, setting), speedups against the faster plain variant.
 
     Args:
@@ -114,15 +114,13 @@ def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float,
             family at each setting.
         draft: the drafter's name (copied into each record).
         c: the draft/target cost ratio the predictions use.
-        drafters: family -> (drafter name, c) for families that ran another drafter (a
-            "specsample:NAME" family, rated against as `ratio_vs_also`).
+        drafters: family -> (drafter name, c, copy_c) for families that ran another drafter
+            (a "specsample:NAME" family, rated against as `ratio_vs_also`).
         copy_c: for a hybrid drafter (copies in some rounds, model drafts in others), the
             cost ratio of its copies; c is then its model's, and Thm 3.8 is applied to each
             kind of round. None: one c for every round.
-        copy_costs: family -> the same for the `drafters` families.
     """
     drafters = {} if drafters is None else dict(drafters)
-    copies = {} if copy_costs is None else dict(copy_costs)
     records: list[dict[str, Any]] = []
     for setting in dict.fromkeys(_label(r) for r in runs):
         at = [dict(r) for r in runs if _label(r) == setting]
@@ -132,10 +130,11 @@ def summarise(runs: Sequence[Mapping[str, Any]], *, draft: str | None, c: float,
             raise ValueError(f"runs: expected plain runs at {setting}, got none")
         best, _ = best_variant(plain_runs)
         fastest = [r for r in plain_runs if r["method"] == best]
-        group = {f: _record(f, temperature, [r for r in at if r["family"] == f],
-                            draft=drafters.get(f, (draft, c))[0], c=drafters.get(f, (draft, c))[1],
-                            plain=fastest, copy_c=copies.get(f, copy_c))
-                 for f in dict.fromkeys(r["family"] for r in at)}
+        group = {}
+        for f in dict.fromkeys(r["family"] for r in at):
+            name, cost, copy_cost = drafters.get(f, (draft, c, copy_c))
+            group[f] = _record(f, temperature, [r for r in at if r["family"] == f], draft=name, c=cost,
+                               plain=fastest, copy_c=copy_cost)
         hf = group.get("hf_assisted")
         versus = next((group[f] for f in group if f.startswith("specsample@")), None)
         also = next((group[f] for f in group if f.startswith("specsample:")), None)
