@@ -8,7 +8,7 @@ import array_api_compat
 import numpy as np
 
 from specsample._array import Array, check_logits, check_logits_shape, device, namespace
-from specsample._select import grouped, kth_largest, top_groups, top_p_threshold
+from specsample._select import GROUP, grouped, kth_largest, top_p_threshold
 from specsample.params import SamplingParams
 
 __all__ = ["warp"]
@@ -32,6 +32,15 @@ def _exp(xp: Any, x: Array) -> Array:
             return x.exp_()
         return np.exp(x, out=x)
     return xp.exp(x)
+
+
+def _minus(xp: Any, x: Array, y: Array, in_place: bool) -> Array:
+    """x - y, written over x where `in_place` and x may be overwritten."""
+    if in_place and _owned(x):
+        if array_api_compat.is_torch_array(x):
+            return x.sub_(y)
+        return np.subtract(x, y, out=x)
+    return x - y
 
 
 def _renormalise(xp: Any, probs: Array) -> Array:
@@ -102,35 +111,80 @@ def _mask_by_rows(values: Any, floor: Any) -> bool:
 
 
 def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
-    """The top-k warp of torch logits without a pass over whole rows after the first: the
-    k-th largest scaled logit and the kept entries come from the k groups with the largest
-    maxima (`top_groups`), and the kept values are scattered into zeros. The output is the
-    full path's bit for bit. None where a group not chosen reaches the k-th largest value
-    (a tie the chosen groups miss): the caller takes the full path.
+    """The top-k warp of eager torch CPU logits with one pass over whole rows before the
+    output's: the k-th largest scaled logit and the kept entries come from the groups (of
+    `GROUP` consecutive entries) whose maxima are among the k largest, and the kept values
+    are written into zeros. The output is the full path's bit for bit. None where autograd
+    records the logits, or where they are not contiguous (the full path's row sums then run
+    in their layout's order): the caller takes the full path.
+
+    The selections run on NumPy views of torch's arrays (their per-call cost is a fraction
+    of torch's at these sizes); what decides bits stays in torch: the scaling, exp and the
+    row sums. Division is correctly rounded in both libraries, so the kept values divided
+    by torch's row sum are the full path's normalised entries.
     """
     import torch
 
+    if (logits.requires_grad and torch.is_grad_enabled()) or not logits.is_contiguous():
+        return None
     k, temperature = int(params.top_k or 0), params.temperature
-    values, indices, maxima, chosen = top_groups(logits, k)
-    peak = maxima.amax(dim=-1, keepdim=True)  # the row maximum
+    vocab = int(logits.shape[-1])
+    rows = logits.detach().view(-1, vocab)  # [R, V]
+    count, groups = int(rows.shape[0]), vocab // GROUP
+    maxima = rows.unflatten(-1, (groups, GROUP)).amax(dim=-1).numpy()  # [R, G]
+    # max(x / t) == max(x) / t: rounding is monotone, so the largest logit scales to the largest.
+    peak = torch.from_numpy(maxima.max(axis=-1, keepdims=True))  # [R, 1]
     if temperature != 1:
-        values, maxima, peak = values / temperature, maxima / temperature, peak / temperature
+        peak = peak / temperature
     if check:
         _check_peak(logits, peak, temperature)
-    kth = values.topk(k, dim=-1, sorted=False).values.amin(dim=-1, keepdim=True)
-    others = maxima.scatter(-1, chosen, float("-inf")).amax(dim=-1, keepdim=True)
-    if bool(torch.any(others >= kth)):
-        return None
-    kept = torch.where(values >= kth, _exp(torch, values - peak), 0.0)  # k groups: a short row
-    # The full path's array before its normalisation, bit for bit: the same normaliser follows.
-    return _renormalise(torch, torch.zeros_like(logits).scatter_(-1, indices, kept))
+    # Every group whose maximum reaches the k-th largest maximum: at least k groups holding
+    # k values >= it, so the k-th largest entry is at least that maximum and every entry of
+    # a group left out is below it. Ties may take more than k groups in a row.
+    level = np.partition(maxima, groups - k, axis=-1)[:, groups - k:groups - k + 1]  # [R, 1]
+    row, group = np.nonzero(maxima >= level)
+    sizes = np.bincount(row, minlength=count)  # >= k
+    width = int(sizes.max())
+    flat = (row * groups + group)[:, None] * GROUP + np.arange(GROUP)  # [n, GROUP] into rows.view(-1)
+    source = rows.numpy().reshape(-1)
+    if int(sizes.min()) == width:  # the same number of groups in every row: [R, width * GROUP]
+        flat = flat.reshape(count, -1)
+        values = torch.from_numpy(source[flat])
+    else:  # pad the shorter rows with -inf (below every kept value) and index -1
+        slots = np.arange(row.size) - np.repeat(np.cumsum(sizes) - sizes, sizes) + row * width
+        padded = np.full((count * width, GROUP), -1, dtype=np.int64)
+        padded[slots] = flat
+        flat = padded.reshape(count, -1)
+        values = torch.from_numpy(np.where(flat >= 0, source[flat], -np.inf).astype(maxima.dtype, copy=False))
+    if temperature != 1:
+        values = values / temperature
+    scaled = values.numpy()
+    place = scaled.shape[-1] - k
+    kth = np.partition(scaled, place, axis=-1)[:, place:place + 1]  # [R, 1], the k-th largest
+    kept = _exp(torch, values - peak).numpy()  # the chosen groups only: a short row
+    kept[scaled < kth] = 0.0
+    out = torch.zeros_like(logits)
+    written = out.view(-1).numpy()
+    if width * count != row.size:  # padded: write the real entries alone
+        real = flat >= 0
+        flat, kept = flat[real], kept[real]
+    written[flat] = kept
+    # The full path's normaliser: torch's sum over the whole row, zeros included.
+    total = out.view(count, vocab).sum(dim=-1, keepdim=True).numpy()  # [R, 1]
+    written[flat] = kept / (total if flat.ndim == 2 else total[flat // vocab, 0])
+    return out
 
 
 def _check_peak(logits: Array, peak: Array, temperature: float) -> None:
     """Raise unless every row maximum of logits / temperature is finite: one small check
     on the row maxima that the warp computes anyway (NaN propagates through them)."""
     xp = namespace(peak)
-    finite = peak.isfinite().all() if array_api_compat.is_torch_array(peak) else xp.all(xp.isfinite(peak))
+    if _eager_torch_cpu(peak):  # NumPy's test of a few values costs a fraction of torch's
+        finite = np.isfinite(peak.detach().numpy()).all()
+    elif array_api_compat.is_torch_array(peak):
+        finite = peak.isfinite().all()
+    else:
+        finite = xp.all(xp.isfinite(peak))
     if bool(finite):
         return
     check_logits("logits", logits)  # names NaN, +inf or an all -inf row
@@ -172,8 +226,10 @@ def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
         _check_peak(logits, peak, params.temperature)
     # The row maximum always survives top-k. Masking after exp gives the same zeros as exp(-inf)
     # and spares exp the -inf entries, its slow path.
-    shifted = _exp(xp, scaled - peak)
-    if params.top_k is not None and params.top_k < vocab:
+    top_k = params.top_k is not None and params.top_k < vocab
+    # A scaled copy that top-k does not read again is shifted in place: no new array.
+    shifted = _exp(xp, _minus(xp, scaled, peak, scaled is not logits and not top_k))
+    if top_k:
         shifted = _keep(xp, shifted, scaled, kth_largest(scaled, params.top_k))
     return _top_p_min_p(xp, _renormalise(xp, shifted), params)
 

@@ -267,6 +267,29 @@ def test_grouped_top_k_equals_the_full_sort_warp(dtype: str, ties: str, masked: 
         assert _same(warp(logits[:, None], params), _sorted_warp(logits[:, None], params)), params
 
 
+# One row's group maxima tie at the k-th largest (21 groups reach it where the other rows
+# have 7), so the rows hold different numbers of groups and the short ones are padded; and
+# logits laid out column-major, whose row sums run in another order (the full path's, bit
+# for bit: the grouped path, which sums contiguous rows, must leave them to it). The last
+# vocabulary entry is every row's largest: a write at a padding index (-1) would show.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_grouped_top_k_pads_rows_with_tied_maxima_and_leaves_strided_logits_to_the_full_path(
+        dtype: torch.dtype) -> None:
+    rng = np.random.default_rng(5)
+    logits = rng.normal(size=(3, 4096))
+    logits[1, ::32][:20] = 9.0  # 20 groups whose maximum is 9
+    logits[:, -1] = 12.0
+    tied = torch.from_numpy(logits).to(dtype)
+    strided = torch.from_numpy(np.asfortranarray(logits)).to(dtype)
+    assert not strided.is_contiguous()
+    for params in (SamplingParams(top_k=7), SamplingParams(top_k=7, temperature=0.3)):
+        for x in (tied, strided):
+            out = warp(x, params)
+            assert _same(out, _sorted_warp(x, params)), params
+            assert int((out[1] > 0).sum()) == 21 and int((out[0] > 0).sum()) == 7
+            assert bool((out[:, -1] > 0).all())
+
+
 def test_the_float_step_masks_like_where_next_to_zero_and_infinities() -> None:
     import importlib
 
