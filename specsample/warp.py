@@ -226,11 +226,11 @@ def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
         _check_peak(logits, peak, params.temperature)
     # The row maximum always survives top-k. Masking after exp gives the same zeros as exp(-inf)
     # and spares exp the -inf entries, its slow path.
-    top_k = params.top_k is not None and params.top_k < vocab
+    top_k = params.top_k if params.top_k is not None and params.top_k < vocab else None
     # A scaled copy that top-k does not read again is shifted in place: no new array.
-    shifted = _exp(xp, _minus(xp, scaled, peak, scaled is not logits and not top_k))
-    if top_k:
-        shifted = _keep(xp, shifted, scaled, kth_largest(scaled, params.top_k))
+    shifted = _exp(xp, _minus(xp, scaled, peak, scaled is not logits and top_k is None))
+    if top_k is not None:
+        shifted = _keep(xp, shifted, scaled, kth_largest(scaled, top_k))
     return _top_p_min_p(xp, _renormalise(xp, shifted), params)
 
 
