@@ -114,9 +114,11 @@ def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
     """The top-k warp of eager torch CPU logits with one pass over whole rows before the
     output's: the k-th largest scaled logit and the kept entries come from the groups (of
     `GROUP` consecutive entries) whose maxima are among the k largest, and the kept values
-    are written into zeros. The output is the full path's bit for bit. None where autograd
-    records the logits, or where they are not contiguous (the full path's row sums then run
-    in their layout's order): the caller takes the full path.
+    are written into zeros. The output is the full path's bit for bit. None (the caller
+    takes the full path) where autograd records the logits, where they are not contiguous
+    (the full path's row sums then run in their layout's order), for an empty batch, and
+    where a row's maxima pick fewer than k groups (NaN, unchecked) or more than a quarter
+    of them (fewer than k finite groups, wide ties), which the full path does faster.
 
     The selections run on NumPy views of torch's arrays (their per-call cost is a fraction
     of torch's at these sizes); what decides bits stays in torch: the scaling, exp and the
@@ -131,20 +133,27 @@ def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
     vocab = int(logits.shape[-1])
     rows = logits.detach().view(-1, vocab)  # [R, V]
     count, groups = int(rows.shape[0]), vocab // GROUP
-    maxima = rows.unflatten(-1, (groups, GROUP)).amax(dim=-1).numpy()  # [R, G]
-    # max(x / t) == max(x) / t: rounding is monotone, so the largest logit scales to the largest.
-    peak = torch.from_numpy(maxima.max(axis=-1, keepdims=True))  # [R, 1]
-    if temperature != 1:
-        peak = peak / temperature
+    if count == 0:
+        return None
+    maxima = rows.unflatten(-1, (groups, GROUP)).amax(dim=-1)  # [R, G]
+    # max(x / t) == max(x) / t: rounding is monotone, so each group's largest logit scales to
+    # its largest scaled one. The groups are chosen on the scaled maxima: scaling may merge a
+    # logit just below the k-th largest with it, and the full path keeps both.
+    scaled_maxima = (maxima if temperature == 1 else maxima / temperature).numpy()
+    peak = torch.from_numpy(scaled_maxima.max(axis=-1, keepdims=True))  # [R, 1]
     if check:
         _check_peak(logits, peak, temperature)
-    # Every group whose maximum reaches the k-th largest maximum: at least k groups holding
-    # k values >= it, so the k-th largest entry is at least that maximum and every entry of
-    # a group left out is below it. Ties may take more than k groups in a row.
-    level = np.partition(maxima, groups - k, axis=-1)[:, groups - k:groups - k + 1]  # [R, 1]
-    row, group = np.nonzero(maxima >= level)
-    sizes = np.bincount(row, minlength=count)  # >= k
+    # Every group whose scaled maximum reaches the k-th largest: at least k groups holding k
+    # scaled values >= it, so the k-th largest scaled entry is at least that maximum and every
+    # entry of a group left out is below it. Ties may take more than k groups in a row.
+    level = np.partition(scaled_maxima, groups - k, axis=-1)[:, groups - k:groups - k + 1]  # [R, 1]
+    row, group = np.nonzero(scaled_maxima >= level)
+    sizes = np.bincount(row, minlength=count)
     width = int(sizes.max())
+    # Fewer than k groups (NaN rows, unchecked) or many (rows with fewer than k finite
+    # groups, or wide ties): the full path.
+    if int(sizes.min()) < k or width > groups // 4:
+        return None
     flat = (row * groups + group)[:, None] * GROUP + np.arange(GROUP)  # [n, GROUP] into rows.view(-1)
     source = rows.numpy().reshape(-1)
     if int(sizes.min()) == width:  # the same number of groups in every row: [R, width * GROUP]
@@ -155,7 +164,7 @@ def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
         padded = np.full((count * width, GROUP), -1, dtype=np.int64)
         padded[slots] = flat
         flat = padded.reshape(count, -1)
-        values = torch.from_numpy(np.where(flat >= 0, source[flat], -np.inf).astype(maxima.dtype, copy=False))
+        values = torch.from_numpy(np.where(flat >= 0, source[flat], -np.inf).astype(source.dtype, copy=False))
     if temperature != 1:
         values = values / temperature
     scaled = values.numpy()

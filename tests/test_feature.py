@@ -64,6 +64,26 @@ def test_the_hybrids_over_a_head_decode_greedily_as_plain(target: HFModel, kind:
     assert torch.equal(spec.sequences, plain.sequences)
 
 
+def test_the_hybrid_reads_ragged_prompts_at_its_first_draft_as_a_prefilled_head(target: HFModel) -> None:
+    """The hybrid over a head leaves the head's prefill to its first draft (a catch-up from
+    position 0 over ragged rows); its drafts and q must be those of a head prefilled at the
+    start."""
+    head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6])))
+    ids = torch.tensor([[*PROMPT, 0, 0, 0, 0], [4, 4, 6, 1, 0, 2, 5, 3, 6]])
+    lengths = torch.tensor([5, 9])
+    hybrid, prefilled = FeatureHybridDrafter(HeadDrafter(head)), HeadDrafter(head)
+    u = torch.rand(2, 3, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    for params in (GREEDY, HOT):  # fresh states: a proposal consumes the caches
+        ours = start(target, hybrid, ids, lengths, capacity=24, stop_lengths=lengths + 8).draft_state
+        theirs = start(target, prefilled, ids, lengths, capacity=24, stop_lengths=lengths + 8).draft_state
+        assert ours.seen.tolist() == [0, 0]  # nothing fed yet
+        mine = hybrid.propose(ours, ids, lengths, 3, params, u)
+        want = prefilled.propose(theirs, ids, lengths, 3, params, u)
+        assert mine.lengths is not None and mine.lengths.tolist() == [3, 3]  # both rows draft from the head
+        assert torch.equal(mine.tokens, want.tokens)
+        torch.testing.assert_close(mine.probs, want.probs)
+
+
 @pytest.mark.parametrize("vocab", [None, torch.tensor([0, 2, 3, 5, 7])], ids=["all", "subset"])
 @pytest.mark.parametrize("threshold", [None, 0.5])
 def test_greedy_equals_plain_decoding(target: HFModel, vocab: torch.Tensor | None,

@@ -290,6 +290,25 @@ def test_grouped_top_k_pads_rows_with_tied_maxima_and_leaves_strided_logits_to_t
             assert bool((out[:, -1] > 0).all())
 
 
+# Scaling merges two logits: b just below a in another group, b / T == a / T. With top_k=1
+# the full path keeps both (the scaled values tie); choosing the groups on the unscaled
+# maxima would keep a alone. Also an empty batch, and a NaN row with check=False (the
+# full path's NaN, not a row of zeros).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_grouped_top_k_chooses_groups_on_the_scaled_maxima(dtype: torch.dtype) -> None:
+    x = torch.full((2, 4096), -3.0, dtype=dtype)
+    a = torch.tensor(1.543625, dtype=dtype)
+    x[:, 0], x[:, 32] = a, torch.nextafter(a, torch.tensor(-np.inf, dtype=dtype))
+    t = next(t for t in (0.3 + 0.01 * i for i in range(300)) if bool((x[0, 0] / t == x[0, 32] / t).item()))
+    out = warp(x, SamplingParams(top_k=1, temperature=t))
+    assert _same(out, _sorted_warp(x, SamplingParams(top_k=1, temperature=t)))
+    assert bool((out[:, 0] == out[:, 32]).all()) and bool((out[:, 0] == 0.5).all())
+    empty = torch.zeros((0, 4096), dtype=dtype)
+    assert warp(empty, SamplingParams(top_k=7)).shape == (0, 4096)
+    x[1, 5] = float("nan")
+    assert bool(warp(x, SamplingParams(top_k=1), check=False)[1].isnan().all())
+
+
 def test_the_float_step_masks_like_where_next_to_zero_and_infinities() -> None:
     import importlib
 
