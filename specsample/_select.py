@@ -54,7 +54,7 @@ def kth_largest(x: Array, k: int) -> Array:
     vocab = int(x.shape[-1])
     if array_api_compat.is_torch_array(x):
         if grouped(vocab, k):
-            x = top_groups(x, k)[0]
+            x = top_groups(x, k)
         return x.topk(k, dim=-1, sorted=False).values.amin(dim=-1, keepdim=True)
     if array_api_compat.is_numpy_array(x):
         return np.partition(x, vocab - k, axis=-1)[..., vocab - k : vocab - k + 1]
@@ -66,28 +66,20 @@ def grouped(vocab: int, k: int) -> bool:
     return vocab >= _GROUPED_FROM and vocab % GROUP == 0 and k <= vocab // (4 * GROUP)
 
 
-def top_groups(x: Any, k: int) -> tuple[Any, Any, Any, Any]:
+def top_groups(x: Any, k: int) -> Any:
     """The entries of the k groups (of `GROUP` consecutive entries) of each row with the
-    largest maxima, for a torch x [..., V] (V a multiple of `GROUP`).
+    largest maxima, for a torch x [..., V] (V a multiple of `GROUP`): [..., k * GROUP].
 
     Every entry among x's k largest lies in a chosen group, or the chosen groups' k maxima
     are all at least as large as it; either way the chosen entries hold k values >= the k-th
     largest, and no more than x holds, so their k-th largest is x's. Two small selections
     replace one over the whole row (torch's `topk` costs about its row length).
-
-    Returns:
-        values [..., k * GROUP], their indices in x, the group maxima [..., V / GROUP], and
-        the chosen groups [..., k].
     """
     import torch
 
     groups = x.unflatten(-1, (-1, GROUP))  # [..., V / G, G]
-    maxima = groups.amax(dim=-1)
-    chosen = maxima.topk(k, dim=-1, sorted=False).indices  # [..., k]
-    values = torch.gather(groups, -2, chosen[..., None].expand(*chosen.shape, GROUP)).flatten(-2)
-    offsets = torch.arange(GROUP, device=x.device)
-    indices = (chosen[..., None] * GROUP + offsets).flatten(-2)
-    return values, indices, maxima, chosen
+    chosen = groups.amax(dim=-1).topk(k, dim=-1, sorted=False).indices  # [..., k]
+    return torch.gather(groups, -2, chosen[..., None].expand(*chosen.shape, GROUP)).flatten(-2)
 
 
 def sorted_threshold(probs: Array, top_p: float) -> Array:

@@ -62,13 +62,19 @@ class HeadDrafter(ModelDrafter):
         raise TypeError("HeadDrafter.advance: the head reads the target's features; run it through "
                         "the core round (specsample.generate), which calls advance_features")
 
+    def unfed_cache(self, tokens: Array, lengths: Array, capacity: int, features: Array | None) -> Cache:
+        """A new head cache holding the target's features of the prompts (each but its last
+        token's) and no K/V: what a prefill, or a later catch-up, feeds the prompts into."""
+        cache = self.head.new_cache(int(tokens.shape[0]), capacity)
+        if features is None:
+            return cache
+        return self.head.with_features(cache, features, namespace(lengths).zeros_like(lengths), lengths - 1)
+
     def start_features(self, tokens: Array, lengths: Array, capacity: int,
                        features: Array | None) -> DraftState:
         """Prefill the head with each prompt but its last token, its features the target's."""
         xp = namespace(lengths)
-        cache = self.head.new_cache(int(tokens.shape[0]), capacity)
-        if features is not None:
-            cache = self.head.with_features(cache, features, xp.zeros_like(lengths), lengths - 1)
+        cache = self.unfed_cache(tokens, lengths, capacity, features)
         width = int(xp.max(lengths))
         if width > 1:
             _, cache = self.head.forward(tokens[:, : width - 1], cache)

@@ -291,10 +291,7 @@ class FeatureHybridDrafter(HybridDrafter):
         """The target's features of the prompt in an empty head cache: as with `start`, the
         head reads the prompt when it first drafts (the catch-up over the rows' positions
         from `seen`), so a call whose rows copy or take plain steps never pays its prefill."""
-        xp = namespace(lengths)
-        cache = self.head.head.new_cache(int(tokens.shape[0]), capacity)
-        if features is not None:
-            cache = self.head.head.with_features(cache, features, xp.zeros_like(lengths), lengths - 1)
+        cache = self.head.unfed_cache(tokens, lengths, capacity, features)
         return self._started(DraftState(cache=cache, window=1), lengths, 0 * lengths)
 
     def advance_features(self, state: HybridState, lengths: Array, features: Array,

@@ -156,7 +156,8 @@ def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
         return None
     flat = (row * groups + group)[:, None] * GROUP + np.arange(GROUP)  # [n, GROUP] into rows.view(-1)
     source = rows.numpy().reshape(-1)
-    if int(sizes.min()) == width:  # the same number of groups in every row: [R, width * GROUP]
+    even = int(sizes.min()) == width  # the same number of groups in every row
+    if even:  # [R, width * GROUP] at once
         flat = flat.reshape(count, -1)
         values = torch.from_numpy(source[flat])
     else:  # pad the shorter rows with -inf (below every kept value) and index -1
@@ -174,13 +175,13 @@ def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
     kept[scaled < kth] = 0.0
     out = torch.zeros_like(logits)
     written = out.view(-1).numpy()
-    if width * count != row.size:  # padded: write the real entries alone
+    if not even:  # padded: write the real entries alone
         real = flat >= 0
         flat, kept = flat[real], kept[real]
     written[flat] = kept
     # The full path's normaliser: torch's sum over the whole row, zeros included.
     total = out.view(count, vocab).sum(dim=-1, keepdim=True).numpy()  # [R, 1]
-    written[flat] = kept / (total if flat.ndim == 2 else total[flat // vocab, 0])
+    written[flat] = kept / (total if even else total[flat // vocab, 0])
     return out
 
 
