@@ -19,6 +19,7 @@ from specsample_backends.torch import HFModel, loading
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specsample.bench import measure_cost_ratio
+from specsample.cache import Cache
 from specsample.generate import generate, generate_plain
 from specsample.params import SamplingParams
 from specsample.suffix import SuffixTreeDrafter
@@ -66,12 +67,43 @@ def test_a_tree_forward_gives_each_node_its_paths_logits(fast: bool) -> None:
                                        cache)
     assert after.lengths.tolist() == [4 + len(tokens)] * 2
     for node in range(len(tokens)):
-        path, at = [], node
-        while at >= 0:
-            path.insert(0, tokens[at])
-            at = parents[at]
+        path = _path(tokens, parents, node)
         want = _chain_logits(model, context[:-1] + path)
         torch.testing.assert_close(logits[0, node], want, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "generic-path"])
+def test_a_tree_forward_gives_each_node_its_paths_features(fast: bool) -> None:
+    """`forward_tree_features`: the same logits as `forward_tree`, and each node's features
+    those a chain forward of its path gives (what a draft head would read)."""
+    model = tree_llama(2, fast=fast)
+    context, tokens, parents = [3, 1, 4, 1], [5, 2, 6, 7, 0], [-1, 0, 0, 1, 2]
+    logits, features, after = model.forward_tree_features(
+        torch.tensor([tokens]), torch.tensor([parents]), _prefilled(model, context))
+    assert after.lengths.tolist() == [len(context) + len(tokens)]
+    plain, _ = model.forward_tree(torch.tensor([tokens]), torch.tensor([parents]), _prefilled(model, context))
+    torch.testing.assert_close(logits, plain, rtol=0, atol=0)
+    for node in range(len(tokens)):
+        path = _path(tokens, parents, node)
+        chain = torch.tensor([context + path])
+        _, want, _ = model.forward_features(chain, model.new_cache(1, chain.shape[1]))
+        torch.testing.assert_close(features[0, node], want[0, -1], rtol=0, atol=1e-10)
+    # A negative control: a node's features are not its parent's.
+    assert not torch.allclose(features[0, 3], features[0, 1], atol=1e-6)
+
+
+def _path(tokens: list[int], parents: list[int], node: int) -> list[int]:
+    """The tokens from the tree's root down to `node`."""
+    path, at = [], node
+    while at >= 0:
+        path.insert(0, tokens[at])
+        at = parents[at]
+    return path
+
+
+def _prefilled(model: HFModel, context: list[int]) -> Cache:
+    _, cache = model.forward(torch.tensor([context]), model.new_cache(1, 16))
+    return cache
 
 
 def test_committing_a_path_leaves_the_chain_cache(target: HFModel) -> None:

@@ -190,6 +190,20 @@ class HFModel:
         K/V are written at consecutive slots lengths + t, and the returned cache's lengths
         are advanced by T; `commit_path` then moves an accepted path's entries into place.
         """
+        logits, _, cache = self._tree(tokens, parents, cache, features=False)
+        return logits, cache
+
+    def forward_tree_features(self, tokens: Tensor, parents: Tensor, cache: Cache
+                              ) -> tuple[Tensor, Tensor, Cache]:
+        """`forward_tree`, also returning each node's features [B, T, D] (the final norm's
+        output, as `forward_features` gives them) from the same pass: a feature-level draft
+        head reads those of the accepted path."""
+        logits, features, cache = self._tree(tokens, parents, cache, features=True)
+        assert features is not None
+        return logits, features, cache
+
+    def _tree(self, tokens: Tensor, parents: Tensor, cache: Cache, *, features: bool
+              ) -> tuple[Tensor, Tensor | None, Cache]:
         self._check(tokens, cache)
         if not isinstance(parents, Tensor) or parents.shape != tokens.shape or \
                 parents.dtype != torch.int64:
@@ -202,8 +216,7 @@ class HFModel:
         if self.stack is not None and self.stack.window is not None:
             raise ValueError(f"tokens: a tree verify needs full attention, got a sliding window "
                              f"of {self.stack.window}")
-        logits, _, cache = self._run(tokens, cache, features=False, parents=parents)
-        return logits, cache
+        return self._run(tokens, cache, features=features, parents=parents)
 
     def commit_path(self, cache: Cache, first: Tensor, path: Tensor) -> Cache:
         """Move the K/V of an accepted tree path into place: the entries at slots
