@@ -82,8 +82,9 @@ def test_packed_one_row_matches_the_plain_weight() -> None:
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (CPU float32 packing)")
 def test_decoder_linears_read_the_plain_weight_below_four_rows() -> None:
-    """A decoder linear reads its plain weight for B*T <= 3 rows (decode, a verify of one or
-    two drafts) and its packed copy from 4 rows on, in batch and in width alike."""
+    """A decoder linear not yet measured (`kernels.choose_small_rows`) reads its plain weight
+    for B*T <= 3 rows (decode, a verify of one or two drafts) and its packed copy from 4 rows
+    on, in batch and in width alike."""
     dense = _dense(300, 64, seed=5)
     assert dense.packed is not None
     for batch, width in ((1, 1), (1, 2), (1, 3), (3, 1), (1, 4), (2, 2), (1, 9), (8, 1)):

@@ -23,6 +23,7 @@ __all__ = [
     "DenseLinear",
     "LlamaStack",
     "PreparedLinear",
+    "SMALL_ROWS",
     "architecture",
     "attention_mask",
     "decoder_layer",
@@ -65,8 +66,10 @@ def _packable(weight: Tensor) -> bool:
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
-# The fewest rows (B*T) for which a decoder linear reads the packed weight (see DenseLinear).
-_PACKED_ROWS = 4
+# The row counts (B*T) for which MKL's GEMV-like kernel on the plain weight may beat oneDNN's
+# packed copy; from 4 rows on the packed copy is used. Which is faster at these counts
+# depends on the machine: `kernels.choose_small_rows` measures it for each target.
+SMALL_ROWS = (1, 2, 3)
 
 
 class DenseLinear:
@@ -74,11 +77,13 @@ class DenseLinear:
 
     MKL's float32 GEMM is slow for M = B*T >= 4 rows (the verify forward of K >= 3
     drafts, a batch) while oneDNN on a packed weight is not. For M <= 3 (decode, and a
-    verify of one or two drafts) MKL streams the plain weight as a GEMV-like kernel: with
-    the decoder's weights cold in cache, as in a full forward, it reads them about 1.3x
-    faster than oneDNN's packed copy (measured on 2 AMD EPYC cores), so those rows use the
-    plain weight. For the output head (49152 x 576) the packed copy is as fast or faster at
-    every M, so the head is built with `one_row=True`.
+    verify of one or two drafts) it depends on the machine: on some, MKL streams the
+    plain weight as a GEMV-like kernel about 1.3x faster than the packed copy (with the
+    decoder's weights cold in cache, as in a full forward); on others the packed copy is
+    1.5x to 4x faster. `plain_rows` says which of these row counts read the plain
+    weight: all of them until `kernels.choose_small_rows` has measured this machine. For
+    the output head (49152 x 576) the packed copy is as fast or faster at every M, so the
+    head is built with `one_row=True`.
 
     Args:
         weight, bias: [N, D] and [N] (or None), read in place.
@@ -92,7 +97,8 @@ class DenseLinear:
         self.out_features = int(weight.shape[0])
         self.packed = (torch.ops.mkldnn._reorder_linear_weight(weight, None)
                        if pack and _packable(weight) else None)
-        self._rows = 1 if one_row else _PACKED_ROWS  # fewest rows that use `packed`
+        # Row counts that read the plain weight (every other count reads `packed`).
+        self.plain_rows: frozenset[int] = frozenset() if one_row else frozenset(SMALL_ROWS)
 
     @classmethod
     def of(cls, module: nn.Linear, *, pack: bool = True, one_row: bool = False) -> DenseLinear:
@@ -103,7 +109,7 @@ class DenseLinear:
 
     def __call__(self, x: Tensor) -> Tensor:
         """x [B, T, D] -> [B, T, N]."""
-        if self.packed is not None and x.shape[0] * x.shape[1] >= self._rows:
+        if self.packed is not None and x.shape[0] * x.shape[1] not in self.plain_rows:
             out: Tensor = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
             return out
         return F.linear(x, self.weight, self.bias)

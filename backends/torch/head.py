@@ -95,6 +95,9 @@ class DraftHead(nn.Module):
         modules: dict[str, Any] = dict(self.linears.items())
         dense = {n: DenseLinear(m.weight.detach() if pack else m.weight, m.bias, pack=pack)
                  for n, m in modules.items()}
+        mine = self.target_stack.layers[0].q
+        for linear in dense.values():  # the kernels measured for the target's small forwards
+            linear.plain_rows = getattr(mine, "plain_rows", linear.plain_rows)
         layer = LlamaLayer(input_norm=self.input_norm, post_norm=self.post_norm, **dense)
         return dataclasses.replace(self.target_stack, layers=(layer,), reduce=None)
 

@@ -10,9 +10,10 @@ import torch
 from torch import Tensor, nn
 from transformers.cache_utils import Cache as HFCache
 
-from specsample.cache import Cache, check_live, consume
+from specsample.cache import Cache, check_live, consume, rollback
 
 from ._fast import (
+    SMALL_ROWS,
     DenseLinear,
     LlamaStack,
     architecture,
@@ -23,6 +24,7 @@ from ._fast import (
     tree_mask,
 )
 from ._forward import llama_features
+from .kernels import choose_small_rows
 from .parallel import TensorParallel
 
 __all__ = ["HFModel"]
@@ -104,6 +106,24 @@ class HFModel:
         self.own_vocab = int(hf_config(model).vocab_size)
         self.vocab = self.own_vocab if vocab_size is None else int(vocab_size)
         self._slots = torch.arange(1 << 16, device=self.device)  # key positions, sliced to C
+        # Which kernel the decoder linears use for 1 to 3 rows, and the timings behind it
+        # (`kernels.choose_small_rows`: measured on this machine once per module).
+        self.small_rows: tuple[frozenset[int], dict[str, float]] = (frozenset(SMALL_ROWS), {})
+        if self.stack is not None and parallel is None:
+            self.small_rows = choose_small_rows(model, self.stack, self._probe())
+
+    def _probe(self) -> Callable[[int], None]:
+        """width -> one forward of that many positions after a 16-token context (timing only)."""
+        context = (torch.arange(1, 17, device=self.device) % self.vocab)[None, :]
+        state: list[Cache] = []
+
+        def forward(width: int) -> None:
+            with torch.no_grad():
+                if not state:
+                    state.append(self.forward(context, self.new_cache(1, 20))[1])
+                _, cache = self.forward(context[:, :width], rollback(state.pop(), context[0, :1] * 0 + 16))
+                state.append(cache)
+        return forward
 
     @property
     def vocab_size(self) -> int:
