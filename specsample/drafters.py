@@ -6,7 +6,7 @@ import dataclasses
 
 import array_api_compat
 
-from specsample._array import Array, check_shape, device, host_ints, namespace
+from specsample._array import Array, check_int, check_shape, device, host_ints, namespace
 from specsample.cache import Cache, rollback
 from specsample.params import SamplingParams
 from specsample.protocols import Model, Proposal
@@ -190,6 +190,31 @@ class ModelDrafter:
             lengths_kept = self.kept(xp.stack(sure, axis=1), self.threshold)
         return Proposal(tokens=xp.stack(drafted, axis=1), probs=xp.stack(laws, axis=1),
                         state=DraftState(cache=cache, window=state.window), lengths=lengths_kept)
+
+    def candidates(self, state: DraftState, tokens: Array, lengths: Array, m: int
+                   ) -> tuple[Array, DraftState]:
+        """The draft model's m most likely next tokens per row (int64 [B, m], distinct, the
+        likeliest first; ties to the lower id) over its support, after the committed
+        context, and the state after feeding it: deterministic candidates for a draft tree
+        of siblings (`specsample.verify_tree`), one draft step whatever m."""
+        check_int("m", m, 1)
+        xp = namespace(tokens)
+        size = int(self.model.vocab_size) if self.support is None else int(self.support.shape[0])
+        if m > size:
+            raise ValueError(f"m: expected at most the draft's {size} proposable ids, got {m}")
+        logits, cache = self._feed(state, tokens, lengths)  # [B, V]
+        if self.support is not None:
+            logits = xp.take(logits, self.support, axis=-1)  # [B, S]
+        ids = xp.arange(int(logits.shape[-1]), dtype=xp.int64, device=device(tokens))[None, :]
+        picked = []
+        for _ in range(m):
+            best = xp.argmax(logits, axis=-1)  # [B]: the first of equal maxima
+            picked.append(best)
+            logits = xp.where(ids == best[:, None], -xp.inf, logits)
+        chosen = xp.stack(picked, axis=1)
+        if self.support is not None:
+            chosen = xp.reshape(xp.take(self.support, xp.reshape(chosen, (-1,)), axis=0), chosen.shape)
+        return chosen, DraftState(cache=cache, window=state.window)
 
     def kept(self, confidence: Array, threshold: float) -> Array:
         """The drafts each row keeps given their confidences [B, k']: `confidence_lengths`."""

@@ -16,14 +16,15 @@ whatever the head's weights, which decide only how many drafts are accepted.
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from specsample._array import Array, check_int, namespace
+from specsample._array import Array, check_int, device, namespace
 from specsample.cache import Cache, rollback
 from specsample.drafters import DraftState, ModelDrafter
 from specsample.protocols import Model
+from specsample.suffix import TreeProposal
 
-__all__ = ["DistillPlan", "FeatureHead", "HeadDrafter"]
+__all__ = ["DistillPlan", "FeatureHead", "HeadDrafter", "HeadTreeDrafter"]
 
 
 @runtime_checkable
@@ -94,6 +95,73 @@ class HeadDrafter(ModelDrafter):
         width = int(features.shape[1])
         cache = self.head.with_features(state.cache, features, first, lengths - 1)
         return DraftState(cache=rollback(cache, xp.clip(lengths - width, min=0)), window=width)
+
+
+class HeadTreeDrafter:
+    """Depth-1 draft trees from a `FeatureHead` (a `specsample.tree.FeatureTreeDrafter`): the
+    head's `nodes` most likely next tokens after the committed context, as deterministic
+    siblings below it, from one head step a round.
+
+    `verify_tree` tries them in order as one-hot laws: at T = 0 the target's token is
+    accepted when it is among them; at T > 0 the walk draws from p without replacement
+    over them, so one is accepted with probability their total mass under p, and the
+    final token comes from p less their mass. A wider fan-out costs verify positions
+    only, not head steps, which is what a head with a low top-1 acceptance needs. The
+    candidates are the largest of the head's logits over its support (ties to the lower
+    id), read from committed tokens and the target's features of committed positions
+    only: the output law is the target's whatever the head's weights.
+
+    Args:
+        head: the draft head.
+        nodes: candidates per round, >= 1 and at most the head's support.
+    """
+
+    depth = 1
+
+    def __init__(self, head: FeatureHead, *, nodes: int = 3) -> None:
+        self.drafter = HeadDrafter(head)
+        self.head = head
+        self.nodes = check_int("nodes", nodes, 1)
+        support = self.drafter.support
+        size = int(head.vocab_size) if support is None else int(support.shape[0])
+        if nodes > size:
+            raise ValueError(f"nodes: expected at most the head's {size} proposable ids, got {nodes}")
+
+    def start(self, tokens: Array, lengths: Array, capacity: int) -> Any:
+        """Not available: the head needs the target's features (`start_features`)."""
+        raise TypeError("HeadTreeDrafter.start: the head reads the target's features; run it through "
+                        "the core round (specsample.generate), which calls start_features")
+
+    def advance(self, state: Any, lengths: Array) -> Any:
+        """Not available: the head needs the target's features (`advance_features`)."""
+        raise TypeError("HeadTreeDrafter.advance: the head reads the target's features; run it through "
+                        "the core round (specsample.generate), which calls advance_features")
+
+    def propose_tree(self, tokens: Array, lengths: Array, nodes: int, depth: int) -> TreeProposal:
+        """Not available: the head drafts from its cache (`propose_from`)."""
+        raise TypeError("HeadTreeDrafter.propose_tree: the head drafts from its state; run it through "
+                        "the core round (specsample.generate), which calls propose_from")
+
+    def start_features(self, tokens: Array, lengths: Array, capacity: int,
+                       features: Array | None) -> DraftState:
+        """As `HeadDrafter.start_features`."""
+        return self.drafter.start_features(tokens, lengths, capacity, features)
+
+    def advance_features(self, state: DraftState, lengths: Array, features: Array,
+                         first: Array) -> DraftState:
+        """As `HeadDrafter.advance_features`, with the accepted path's features."""
+        return self.drafter.advance_features(state, lengths, features, first)
+
+    def propose_from(self, state: DraftState, tokens: Array, lengths: Array, nodes: int, depth: int
+                     ) -> tuple[TreeProposal, DraftState]:
+        """The head's min(nodes, self.nodes) most likely next tokens per row, as siblings."""
+        check_int("nodes", nodes, 1)
+        check_int("depth", depth, 1)
+        xp = namespace(tokens)
+        chosen, state = self.drafter.candidates(state, tokens, lengths, min(nodes, self.nodes))
+        full = xp.full(chosen.shape, -1, dtype=xp.int64, device=device(tokens))
+        sizes = xp.full(lengths.shape, int(chosen.shape[1]), dtype=xp.int64, device=device(tokens))
+        return TreeProposal(tokens=chosen, parents=full, sizes=sizes), state
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specsample._array import Array, device, host_ints, namespace
+from specsample._array import Array, check_int, device, host_ints, namespace
 from specsample.cache import rollback
 from specsample.drafters import DraftState, ModelDrafter
 from specsample.lookup import PromptLookupDrafter
@@ -47,6 +47,12 @@ class HybridState:
 # its own (`prior_alpha`, e.g. a trained head's held-out acceptance from its card).
 PRIOR_ALPHA = 0.8
 
+# How many candidates `auto` tries a round where a feature head drafts: its top-1 is
+# accepted about a third of the time, and each further candidate adds one verify position
+# (a few percent of a forward) and, for the second and third, a tenth to a seventh of a
+# round's hits (README, "The draft head"); beyond the third the hits gained no longer pay.
+HEAD_FAN_OUT = 3
+
 
 class HybridDrafter:
     """Per row and round: prompt lookup's copy where the row's context ends in a confident
@@ -82,12 +88,18 @@ class HybridDrafter:
             sooner (`specsample.policy.batch_width`).
             A row's tokens then depend on the batch's width choices: the law is the target's
             either way, but a row sampled in a batch may differ from the same row alone.
+        fan_out: 0 (the model drafts a chain), or m >= 1: a row that uses the model proposes
+            the model's min(m, K) most likely next tokens as siblings below its last
+            committed token, one draft step a round (`ModelDrafter.candidates`), verified as
+            deterministic candidates by `verify_tree` (the round is then a tree round, copies
+            as chains in it). Suits a draft whose top-1 acceptance is low and whose step is
+            cheap (a feature head); a row's evidence is then one trial a round, a hit or not.
     """
 
     def __init__(self, model: ModelDrafter, lookup: PromptLookupDrafter | None = None, *,
                  cost_ratio: float | None = None, prior_alpha: float = PRIOR_ALPHA,
                  prior_weight: float = 8.0,
-                 width_cost: Callable[[int, int], float] | None = None) -> None:
+                 width_cost: Callable[[int, int], float] | None = None, fan_out: int = 0) -> None:
         if not isinstance(model, ModelDrafter):
             raise TypeError(f"model: expected a ModelDrafter, got {type(model).__name__}")
         lookup = PromptLookupDrafter() if lookup is None else lookup
@@ -105,6 +117,7 @@ class HybridDrafter:
         self.cost_ratio = None if cost_ratio is None else float(cost_ratio)
         self.prior = (float(prior_alpha), float(prior_weight))
         self.width_cost = width_cost
+        self.fan_out = check_int("fan_out", fan_out, 0)
         self.round_cost = None if width_cost is None else self._round_cost
         self.choice: str | None = None  # how `choose_model` picked the model, if it did
 
@@ -113,8 +126,9 @@ class HybridDrafter:
         when some row drafts from the model (`modelled`), the model's drafts (each c of a
         target forward)."""
         assert self.width_cost is not None
+        steps = 1 if self.fan_out else drafts  # a fan-out is one draft step, whatever its width
         model = (0.0 if self.cost_ratio is None or not modelled or self._never(drafts)
-                 else drafts * self.cost_ratio)
+                 else steps * self.cost_ratio)
         return float(self.width_cost(batch, drafts + 1)) + model
 
     def describe(self, k: int) -> str:
@@ -126,12 +140,15 @@ class HybridDrafter:
         if self.cost_ratio is None:
             return "prompt lookup where the context repeats, the draft model elsewhere"
         if self.width_cost is not None:
-            even = self._break_even()
+            even, wide = self._break_even(), self.verify_width()
             start = "the draft model" if self.prior[0] > even else "plain steps"
-            return (f"prompt lookup where the context repeats; elsewhere the draft model only for "
-                    f"rows whose acceptance of its drafts exceeds c + cost(2 positions) - 1 "
-                    f"(c = {self.cost_ratio:.2f}, cost {float(self.width_cost(1, 2)):.2f}: "
-                    f"{even:.2f}), the rate at which one draft a round beats a plain step (at "
+            drafts = (f"its {self.fan_out} most likely next tokens as sibling candidates, one draft "
+                      f"step a round, for rows whose hit rate" if self.fan_out else
+                      "the draft model only for rows whose acceptance of its drafts")
+            return (f"prompt lookup where the context repeats; elsewhere {drafts} exceeds c + "
+                    f"cost({wide} positions) - 1 "
+                    f"(c = {self.cost_ratio:.2f}, cost {float(self.width_cost(1, wide)):.2f}: "
+                    f"{even:.2f}), the rate at which that round beats a plain step (at "
                     f"the prior alpha {self.prior[0]:.2f}, rows start with {start}, then follow their own "
                     f"acceptance); each round as wide as Thm 3.8 predicts fastest (a plain step "
                     f"where no width pays, K = {k} at most), from the verify's cost at each width "
@@ -165,18 +182,26 @@ class HybridDrafter:
             xp.astype(state.trials, xp.float64) + weight)
         if self.width_cost is not None:
             return rate > self._break_even()
+        if self.fan_out:  # one hit or none a round, for one draft step
+            return rate > self.cost_ratio
         rate = xp.clip(rate, min=0.0, max=1.0 - 1e-12)
         tokens = (1 - rate ** (k + 1)) / (1 - rate)
         return tokens > k * self.cost_ratio + 1
 
     def _break_even(self) -> float:
         """With the verify's cost measured per width, the acceptance above which one model
-        draft a round beats a plain step at batch 1: 1 + a > c + cost(2 positions). Rounds
+        draft a round (a chain draft, or a fan-out: one step, `verify_width` positions) beats a
+        plain step at batch 1: 1 + a > c + cost(verify_width positions). Rounds
         are then narrowed to the width that pays (`round_cost`), so a row is worth drafting
         for as soon as the narrowest round pays: a row whose one draft does not pay has
         fewer tokens to gain per draft at any wider width than that draft costs."""
         assert self.width_cost is not None and self.cost_ratio is not None
-        return self.cost_ratio + float(self.width_cost(1, 2)) - 1
+        return self.cost_ratio + float(self.width_cost(1, self.verify_width())) - 1
+
+    def verify_width(self) -> int:
+        """Positions per row of a round where a row drafts from the model once: 2 for one chain
+        draft, 1 + fan_out for a fan-out."""
+        return 1 + max(1, self.fan_out)
 
     def draft_lengths(self, tokens: Array, lengths: Array, k: int) -> Array:
         """k for every row (copied where it matches, from the model elsewhere); when the model
@@ -205,7 +230,9 @@ class HybridDrafter:
         if self._never(k):
             return matched, matched > 0
         use = self._uses_model(xp, state, matched, k)
-        return xp.where(use, self.model.draft_lengths(tokens, lengths, k), matched), ~use & (matched > 0)
+        own = xp.full_like(matched, min(self.fan_out, k)) if self.fan_out else \
+            self.model.draft_lengths(tokens, lengths, k)
+        return xp.where(use, own, matched), ~use & (matched > 0)
 
     def _uses_model(self, xp: Any, state: HybridState, matched: Array, k: int) -> Array:
         """bool [B]: rows that draft from the model this round: those that do not copy all k
@@ -233,8 +260,10 @@ class HybridDrafter:
             return Proposal(tokens=copied.tokens, probs=None, state=idle)
         if not flags[1]:  # nobody uses the model: prompt lookup alone
             return Proposal(tokens=copied.tokens, probs=None, state=idle, lengths=matched)
-        drafted = self.model.propose(DraftState(cache=state.draft.cache, window=max(1, flags[2])),
-                                     tokens, lengths, k, params, uniforms)
+        fed = DraftState(cache=state.draft.cache, window=max(1, flags[2]))
+        if self.fan_out:
+            return self._fan_out(state, fed, tokens, lengths, k, use, matched, copied.tokens)
+        drafted = self.model.propose(fed, tokens, lengths, k, params, uniforms)
         made = int(drafted.tokens.shape[1])
         pad = k - made  # a thresholded model may stop early; copying rows keep all k
         own = xp.concat([drafted.tokens, xp.zeros((tokens.shape[0], pad), dtype=xp.int64,
@@ -253,6 +282,23 @@ class HybridDrafter:
             state=dataclasses.replace(state, draft=drafted.state, seen=lengths, modelled=use,
                                       drafted=own_lengths),
             lengths=xp.where(use, own_lengths, matched))
+
+    def _fan_out(self, state: HybridState, fed: DraftState, tokens: Array, lengths: Array, k: int,
+                 use: Array, matched: Array, copies: Array) -> Proposal:
+        """A tree proposal: the model's min(fan_out, k) candidates as siblings for the rows that
+        use it, prompt lookup's chain (k, 1 or 0 drafts) for the others."""
+        xp = namespace(tokens)
+        m = min(self.fan_out, k)
+        candidates, draft = self.model.candidates(fed, tokens, lengths, m)
+        batch, dev = int(tokens.shape[0]), device(tokens)
+        pad = xp.zeros((batch, k - m), dtype=xp.int64, device=dev)
+        nodes = xp.arange(k, dtype=xp.int64, device=dev)[None, :]
+        parents = xp.where(use[:, None], -1, nodes - 1)  # siblings, or a chain
+        return Proposal(
+            tokens=xp.where(use[:, None], xp.concat([candidates, pad], axis=1), copies), probs=None,
+            state=dataclasses.replace(state, draft=draft, seen=lengths, modelled=use,
+                                      drafted=xp.astype(use, xp.int64)),  # one trial: a hit or not
+            lengths=xp.where(use, m, matched), parents=xp.broadcast_to(parents, (batch, k)))
 
     def advance(self, state: HybridState, lengths: Array) -> HybridState:
         """Modelled rows: the cache holds L - 2 committed tokens (as `ModelDrafter.advance`),
@@ -344,7 +390,8 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
     "auto:NAME": the hybrid whose model drafts only where Thm 3.8 predicts them faster
     than plain steps, with c measured by `cost`, and, given `width_cost`, rounds of a batch
     narrowed where their width costs more than it gains (see `HybridDrafter`), starting
-    from the model's own prior acceptance (`prior_alpha`, else `PRIOR_ALPHA`). A bare
+    from the model's own prior acceptance (`prior_alpha`, else `PRIOR_ALPHA`); a feature
+    head there fans out (its `HEAD_FAN_OUT` likeliest tokens as siblings, one step a round). A bare
     "auto" with `candidates` (model names) takes the one `choose_model` predicts fastest
     here instead of `default_model`. Other names go to `load` unchanged.
     """
@@ -366,8 +413,14 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
         if cost is None:
             raise ValueError(f"draft: {name!r} needs a backend that measures the draft's cost")
         return hybrid(drafter, cost_ratio=cost(drafter), width_cost=width_cost,
-                      prior_alpha=_prior(drafter))
+                      prior_alpha=_prior(drafter), fan_out=_fan_out(drafter))
     return hybrid(drafter) if kind else drafter
+
+
+def _fan_out(drafter: Drafter) -> int:
+    """`auto`'s fan-out for a model draft: `HEAD_FAN_OUT` candidates a round for a feature head
+    (a cheap step, a low top-1 acceptance), a chain (0) for the others."""
+    return HEAD_FAN_OUT if isinstance(drafter, FeatureDrafter) else 0
 
 
 def _prior(drafter: Drafter) -> float:
@@ -380,7 +433,8 @@ def choose_model(candidates: Sequence[str], load: Callable[[str], Drafter], *,
                  cost: Callable[[ModelDrafter], float],
                  width_cost: Callable[[int, int], float] | None = None) -> HybridDrafter:
     """`auto`'s model: of the `candidates` that load for this target, the one whose one-draft
-    round Thm 3.8 rates fastest here: (1 + alpha) / (c + cost(2 positions)), with c measured
+    round Thm 3.8 rates fastest here: (1 + alpha) / (c + cost(w positions)), w the positions of
+    its one-step round (2, or 1 + its fan-out for a head: `HEAD_FAN_OUT`), with c measured
     by `cost`, alpha the drafter's `prior_alpha` (else `PRIOR_ALPHA`) and the verify's cost
     from `width_cost` (else 1). A candidate that does not load (FileNotFoundError or
     ValueError: e.g. no head trained for this target) is left out, and said so.
@@ -390,7 +444,6 @@ def choose_model(candidates: Sequence[str], load: Callable[[str], Drafter], *,
     """
     if isinstance(candidates, str) or not candidates:
         raise ValueError(f"candidates: expected a non-empty sequence of model names, got {candidates!r}")
-    wide = 1.0 if width_cost is None else float(width_cost(1, 2))
     rated, skipped = [], []
     for name in candidates:
         try:
@@ -401,13 +454,15 @@ def choose_model(candidates: Sequence[str], load: Callable[[str], Drafter], *,
         if not isinstance(drafter, ModelDrafter):
             raise ValueError(f"candidates: {name!r} is not a model draft ({type(drafter).__name__})")
         c, alpha = float(cost(drafter)), _prior(drafter)
+        wide = 1.0 if width_cost is None else float(width_cost(1, 1 + max(1, _fan_out(drafter))))
         rated.append(((1 + alpha) / (c + wide), name, drafter, c, alpha))
     if not rated:
         raise ValueError(f"candidates: none loads for this target: {'; '.join(skipped)}")
     rated.sort(key=lambda r: -r[0])
     _, name, drafter, c, alpha = rated[0]
     hybrid = FeatureHybridDrafter if isinstance(drafter, FeatureDrafter) else HybridDrafter
-    chosen = hybrid(drafter, cost_ratio=c, width_cost=width_cost, prior_alpha=alpha)
+    chosen = hybrid(drafter, cost_ratio=c, width_cost=width_cost, prior_alpha=alpha,
+                    fan_out=_fan_out(drafter))
     chosen.choice = ("model " + ", ".join(
         f"{n}: c = {cc:.2f}, prior alpha {a:.2f}, a one-draft round at {r:.2f} plain steps' tokens per cost"
         for r, n, _, cc, a in rated) + f"; chose {name}" +

@@ -9,7 +9,8 @@ from specsample._array import Array
 from specsample.cache import Cache
 from specsample.params import SamplingParams
 
-__all__ = ["Drafter", "FeatureDrafter", "FeatureModel", "Model", "Proposal", "SkippingDrafter"]
+__all__ = ["Drafter", "FeatureDrafter", "FeatureModel", "Model", "Proposal", "SkippingDrafter",
+           "reads_features"]
 
 
 @runtime_checkable
@@ -63,12 +64,18 @@ class Proposal:
             verifies, decided while drafting from the draft's own samples (a
             stopping time of the draft process, which leaves the output law
             unchanged; a confidence threshold is one).
+        parents: None (the drafts are a chain), or int64 [B, K]: the drafts as a tree
+            below the last committed token, node i's parent (-1: that token) < i, siblings
+            tried in order; the round then scores the tree in one forward and verifies
+            it with `specsample.verify_tree.verify_tree` (`lengths`: each row's first
+            nodes; `probs`: each node's law, None for deterministic candidates).
     """
 
     tokens: Array
     probs: Array | None
     state: Any
     lengths: Array | None = None
+    parents: Array | None = None
 
 
 @runtime_checkable
@@ -143,3 +150,10 @@ class FeatureDrafter(Drafter, Protocol):
         """`advance`, with the features [B, W, D] of the round's target forward, whose
         column j is position first[b] + j of row b."""
         ...
+
+
+def reads_features(drafter: object) -> bool:
+    """Whether the round hands `drafter` the target's features instead of calling `start` and
+    `advance`: a chain `FeatureDrafter`, or a tree drafter with the same two methods
+    (`specsample.tree.FeatureTreeDrafter`)."""
+    return all(callable(getattr(drafter, name, None)) for name in ("start_features", "advance_features"))

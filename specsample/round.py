@@ -9,12 +9,12 @@ from typing import Any
 from specsample._array import Array, check_int, check_shape, check_uniforms, device, namespace
 from specsample.cache import Cache, check_live, rollback
 from specsample.params import SamplingParams
-from specsample.protocols import Drafter, FeatureDrafter, FeatureModel, Model, Proposal, SkippingDrafter
+from specsample.protocols import Drafter, FeatureModel, Model, Proposal, SkippingDrafter, reads_features
 from specsample.sample import sample
 from specsample.verify import Verdict, verify
 from specsample.warp import warp
 
-__all__ = ["RoundResult", "State", "commit_verdict", "round_step", "start"]
+__all__ = ["RoundResult", "State", "commit_verdict", "path_features", "round_step", "score_tree", "start"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -70,8 +70,9 @@ def start(target: Model, drafter: Drafter, prompt: Array, prompt_lengths: Array,
         # position, overwritten later.
         _, features, cache = _forward(target, drafter, buffer[:, : width - 1], cache)
     lengths = xp.astype(prompt_lengths, xp.int64)
-    draft_state = drafter.start_features(buffer, lengths, capacity, features) \
-        if isinstance(drafter, FeatureDrafter) else drafter.start(buffer, lengths, capacity)
+    reader: Any = drafter  # a FeatureDrafter, or a feature tree drafter
+    draft_state = reader.start_features(buffer, lengths, capacity, features) \
+        if reads_features(drafter) else drafter.start(buffer, lengths, capacity)
     return State(tokens=buffer, lengths=lengths, stop_lengths=stop_lengths,
                  target_cache=rollback(cache, lengths - 1), draft_state=draft_state,
                  done=lengths >= stop_lengths)
@@ -80,7 +81,7 @@ def start(target: Model, drafter: Drafter, prompt: Array, prompt_lengths: Array,
 def _forward(target: Model, drafter: Drafter, tokens: Array, cache: Cache
              ) -> tuple[Array, Array | None, Cache]:
     """The target's logits, its features when the drafter reads them (else None), the cache."""
-    if not isinstance(drafter, FeatureDrafter):
+    if not reads_features(drafter):
         logits, cache = target.forward(tokens, cache)
         return logits, None, cache
     if not isinstance(target, FeatureModel):
@@ -204,6 +205,9 @@ def _speculative_step(state: State, target: Model, drafter: Drafter, *, k: int,
     if proposal.lengths is not None:
         draft_lengths = proposal.lengths if draft_lengths is None else xp.minimum(
             draft_lengths, proposal.lengths)
+    if proposal.parents is not None:
+        return _tree_step(state, target, drafter, proposal, k=k, made=made, params=params,
+                          uniforms=uniforms, check=check, verifier=verifier, sizes=draft_lengths)
     last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
     logits, features, cache = _forward(target, drafter, xp.concat([last, proposal.tokens], axis=1),
                                        state.target_cache)
@@ -217,6 +221,64 @@ def _speculative_step(state: State, target: Model, drafter: Drafter, *, k: int,
     drafted = xp.full_like(state.lengths, made) if draft_lengths is None else \
         xp.astype(draft_lengths, xp.int64)
     return verdict, cache, proposal.state, drafted, features
+
+
+def _tree_step(state: State, target: Model, drafter: Drafter, proposal: Proposal, *, k: int, made: int,
+               params: SamplingParams, uniforms: Array, check: bool, verifier: Callable[..., Verdict],
+               sizes: Array | None) -> Stepped:
+    """A proposal that is a tree (`Proposal.parents`): one tree forward over the last token and
+    the nodes, `verify_tree`, and the accepted path's K/V moved into place (`commit_path`).
+    Node i reads acceptance column k + i and the final token column 2k, as chain drafts do."""
+    from specsample.tree import TreeModel, tree_rule
+    from specsample.verify_tree import verify_tree
+
+    xp = namespace(state.tokens)
+    if not isinstance(target, TreeModel):
+        raise TypeError(f"target: a tree proposal needs a TreeModel (forward_tree, commit_path), got "
+                        f"{type(target).__name__}")
+    rule = verify_tree if verifier is verify else tree_rule(verifier)
+    parents = xp.astype(proposal.parents, xp.int64)
+    last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
+    tokens = xp.concat([last, proposal.tokens], axis=1)
+    tree = xp.concat([xp.full_like(last, -1), parents + 1], axis=1)
+    logits, features, cache = score_tree(target, drafter, tokens, tree, state.target_cache)
+    target_probs = warp(logits, params, check=check)  # [B, 1 + made, V]
+    sizes = xp.full_like(state.lengths, made) if sizes is None else xp.astype(sizes, xp.int64)
+    verdict = rule(proposal.tokens, parents, proposal.probs, target_probs,
+                   xp.concat([uniforms[:, k:k + made], uniforms[:, 2 * k:]], axis=1), depth=made,
+                   check=check, tree_sizes=sizes)
+    cache = target.commit_path(cache, state.lengths, verdict.path)
+    if features is not None:
+        features = path_features(features, verdict.path)
+    return (Verdict(tokens=verdict.tokens, num_accepted=verdict.num_accepted), cache, proposal.state,
+            sizes, features)
+
+
+def score_tree(target: Model, drafter: object, tokens: Array, parents: Array, cache: Cache
+               ) -> tuple[Array, Array | None, Cache]:
+    """A tree forward's logits, each node's features when the drafter reads them (else None),
+    and the cache (`TreeModel.forward_tree`, or `forward_tree_features`)."""
+    if not reads_features(drafter):
+        logits, cache = target.forward_tree(tokens, parents, cache)  # type: ignore[attr-defined]
+        return logits, None, cache
+    scorer = getattr(target, "forward_tree_features", None)
+    if not callable(scorer):
+        raise TypeError(f"target: a {type(drafter).__name__} reads the target's features: expected "
+                        f"a TreeModel with forward_tree_features, got {type(target).__name__}")
+    logits, features, cache = scorer(tokens, parents, cache)
+    return logits, features, cache
+
+
+def path_features(features: Array, path: Array) -> Array:
+    """The features [B, 1 + D, F] along each row's accepted path, from a tree forward's
+    features [B, 1 + W, F] (column 0: the last committed token; column 1 + i: node i) and
+    the verdict's path [B, D] (node indices, -1 past the accepted ones: column 0 there)."""
+    xp = namespace(features, path)
+    root = xp.zeros((int(path.shape[0]), 1), dtype=xp.int64, device=device(path))
+    path = xp.astype(path, xp.int64)
+    columns = xp.concat([root, xp.where(path >= 0, 1 + path, 0)], axis=1)  # [B, 1 + D]
+    shape = (int(columns.shape[0]), int(columns.shape[1]), int(features.shape[2]))
+    return xp.take_along_axis(features, xp.broadcast_to(columns[:, :, None], shape), axis=1)
 
 
 def _drafts_made(proposal: Proposal, k: int) -> int:

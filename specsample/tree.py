@@ -21,14 +21,15 @@ from specsample.options import RunOptions
 from specsample.params import SamplingParams
 from specsample.protocols import Model
 from specsample.rng import Seed, round_uniforms
-from specsample.round import RoundResult, State, commit_verdict, start
+from specsample.round import RoundResult, State, commit_verdict, path_features, score_tree, start
 from specsample.sample import sample
 from specsample.suffix import TreeProposal
 from specsample.verify import Verdict
 from specsample.verify_tree import TreeVerdict, verify_tree
 from specsample.warp import warp
 
-__all__ = ["TreeDrafter", "TreeModel", "generate_tree", "run_tree_rounds", "tree_round_step", "tree_rule"]
+__all__ = ["FeatureTreeDrafter", "TreeDrafter", "TreeModel", "generate_tree", "path_features",
+           "run_tree_rounds", "tree_round_step", "tree_rule"]
 
 
 @runtime_checkable
@@ -60,6 +61,29 @@ class TreeDrafter(Protocol):
         """A tree of at most `nodes` nodes and `depth` levels per row."""
 
 
+@runtime_checkable
+class FeatureTreeDrafter(TreeDrafter, Protocol):
+    """A tree drafter that reads the target's features (a feature-level draft head): the round
+    gives it the features of the committed positions of every forward instead of calling
+    `start` and `advance`, and asks it for a tree with its state (`propose_from`). Its trees
+    still depend only on committed tokens and the target's features of committed positions,
+    so the output law is unchanged whatever it does with them."""
+
+    def start_features(self, tokens: Array, lengths: Array, capacity: int,
+                       features: Array | None) -> Any:
+        """`start`, with the target's features [B, T - 1, D] of positions 0..T-2 of the
+        prompt buffer (None when T = 1)."""
+
+    def advance_features(self, state: Any, lengths: Array, features: Array, first: Array) -> Any:
+        """`advance`, with the features [B, W, D] of the round's committed path: column j is
+        position first[b] + j of row b (the last committed token's, then the accepted
+        nodes'; columns past a row's accepted path are not the target's and are ignored)."""
+
+    def propose_from(self, state: Any, tokens: Array, lengths: Array, nodes: int, depth: int
+                     ) -> tuple[TreeProposal, Any]:
+        """A tree of at most `nodes` nodes and `depth` levels per row, and the state after it."""
+
+
 def tree_round_step(state: State, target: TreeModel, drafter: TreeDrafter, *, nodes: int, depth: int,
                     params: SamplingParams, uniforms: Array, eos: int | None = None,
                     check: bool = True, verifier: Callable[..., TreeVerdict] = verify_tree
@@ -82,13 +106,17 @@ def tree_round_step(state: State, target: TreeModel, drafter: TreeDrafter, *, no
     check_int("depth", depth, 1)
     check_live(state.target_cache, "state.target_cache")
     xp = namespace(state.tokens)
-    tree = drafter.propose_tree(state.tokens, state.lengths, nodes, depth)
+    reader = drafter if isinstance(drafter, FeatureTreeDrafter) else None
+    if reader is not None:
+        tree, draft_state = reader.propose_from(state.draft_state, state.tokens, state.lengths, nodes, depth)
+    else:
+        tree, draft_state = drafter.propose_tree(state.tokens, state.lengths, nodes, depth), state.draft_state
     # Only the columns some row uses are scored (the rest would be masked anyway).
     width = max([*host_ints(xp.where(state.done, 0, tree.sizes)), 0])
     last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
     tokens = xp.concat([last, tree.tokens[:, :width]], axis=1)
     parents = xp.concat([xp.full_like(last, -1), tree.parents[:, :width] + 1], axis=1)
-    logits, cache = target.forward_tree(tokens, parents, state.target_cache)
+    logits, features, cache = score_tree(target, drafter, tokens, parents, state.target_cache)
     target_probs = warp(logits, params, check=check)  # [B, 1 + width, V]
     if width == 0:  # no row has a tree: a plain step
         final = sample(target_probs[:, 0, :], uniforms[:, nodes], check=check)
@@ -104,21 +132,28 @@ def tree_round_step(state: State, target: TreeModel, drafter: TreeDrafter, *, no
         path = tree_verdict.path
     cache = target.commit_path(cache, state.lengths, path)
     committed, lengths, done, emitted = commit_verdict(state, verdict, eos)
+    if reader is not None:
+        assert features is not None  # score_tree returns them for a drafter that reads them
+        draft_state = reader.advance_features(draft_state, lengths, path_features(features, path),
+                                              state.lengths - 1)
+    else:
+        draft_state = drafter.advance(draft_state, lengths)
     new = State(tokens=committed, lengths=lengths, stop_lengths=state.stop_lengths,
-                target_cache=rollback(cache, lengths - 1),
-                draft_state=drafter.advance(state.draft_state, lengths), done=done)
+                target_cache=rollback(cache, lengths - 1), draft_state=draft_state, done=done)
     return new, RoundResult(verdict=verdict, emitted=emitted, active=~state.done,
                             drafted=xp.where(state.done, 0, xp.minimum(tree.sizes, width)))
 
 
 def tree_rule(verifier: object) -> Callable[..., TreeVerdict]:
     """The tree rule for a run whose `verifier` is `verifier`: `verify_tree` for the chain
-    rules' names ("token", "block": a tree has one rule), or a tree rule given as a callable
+    rules ("token", "block", by name or as `VERIFIERS` holds them: a tree has one rule), or a
+    tree rule given as a callable
     (the broken ones of `specsample.testing.broken.TREE_VERIFIERS`)."""
     from specsample.testing.broken import TREE_VERIFIERS
     from specsample.verifiers import VERIFIERS
 
-    if (isinstance(verifier, str) and verifier in VERIFIERS) or verifier is verify_tree:
+    if (isinstance(verifier, str) and verifier in VERIFIERS) or verifier is verify_tree or \
+            any(verifier is rule for rule in VERIFIERS.values()):
         return verify_tree
     if any(verifier is rule for rule in TREE_VERIFIERS.values()):
         return verifier  # type: ignore[return-value]

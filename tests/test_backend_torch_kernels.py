@@ -12,7 +12,8 @@ from specsample_backends.torch.head import DraftHead, HeadModel
 from specsample_backends.torch.kernels import SMALL_ROWS_ENV, faster_plain_rows, small_rows_setting
 from transformers import LlamaConfig, LlamaForCausalLM
 
-packs = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (CPU float32 packing)")
+packs = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
+                           reason="needs oneDNN (CPU float32 packing)")
 
 
 def _llama(seed: int = 0) -> LlamaForCausalLM:
@@ -24,7 +25,8 @@ def _llama(seed: int = 0) -> LlamaForCausalLM:
 
 def _decoder_linears(model: HFModel) -> list[DenseLinear]:
     assert model.stack is not None
-    return [getattr(layer, n) for layer in model.stack.layers for n in ("q", "k", "v", "o", "gate", "up", "down")]
+    names = ("q", "k", "v", "o", "gate", "up", "down")
+    return [getattr(layer, n) for layer in model.stack.layers for n in names]
 
 
 def test_a_row_count_reads_the_plain_weight_only_where_it_measured_faster() -> None:
@@ -42,7 +44,8 @@ def test_the_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SMALL_ROWS_ENV, " Packed ")
     assert small_rows_setting() == "packed"
     monkeypatch.setenv(SMALL_ROWS_ENV, "fastest")
-    with pytest.raises(ValueError, match=f"{SMALL_ROWS_ENV}: expected one of auto, packed, plain, got 'fastest'"):
+    wanted = f"{SMALL_ROWS_ENV}: expected one of auto, packed, plain, got 'fastest'"
+    with pytest.raises(ValueError, match=wanted):
         small_rows_setting()
     with pytest.raises(ValueError, match=SMALL_ROWS_ENV):
         HFModel(_llama())  # a bad setting fails at load, not in a later forward
@@ -50,7 +53,8 @@ def test_the_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @packs
 @pytest.mark.parametrize("setting", ["packed", "plain", "auto"])
-def test_every_decoder_linear_and_the_heads_follow_the_choice(monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
+def test_every_decoder_linear_and_the_heads_follow_the_choice(monkeypatch: pytest.MonkeyPatch,
+                                                              setting: str) -> None:
     monkeypatch.setenv(SMALL_ROWS_ENV, setting)
     model = HFModel(_llama(seed=1))
     rows, medians = model.small_rows

@@ -6,12 +6,14 @@ two exact forwards): greedy output equal to plain decoding token for token, and 
 output tested against the exact first-token law and against plain sampling (two-sample
 test on the first two tokens), n = 20,000 rows per method, alpha = 1e-4 per test (the
 false-failure bound); at that n the tests detect TV >= 0.04 (m = 8 outcomes; 2 tau of the
-Weissman bound). A negative control reports a uniform q for drafts sampled from the
-head's own law, which moves the output law far beyond that: the same tests must fail.
+Weissman bound). Two negative controls report a uniform q: for drafts sampled from the
+head's own law, and for a head tree's deterministic candidates (verified as if drawn from
+it); each moves the output law far beyond that, and the same tests must fail.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ from specsample_backends.torch import HFModel
 from specsample_backends.torch.head import DraftHead, HeadModel, fingerprint, load_head, save_head
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specsample.feature import HeadDrafter
+from specsample.feature import HeadDrafter, HeadTreeDrafter
 from specsample.generate import generate, generate_plain
 from specsample.hybrid import FeatureHybridDrafter
 from specsample.lookup import PromptLookupDrafter
@@ -55,7 +57,17 @@ class _Lying(HeadDrafter):
         return law, torch.full_like(law, 1.0 / law.shape[-1])
 
 
-@pytest.mark.parametrize("kind", ["hybrid", "auto"])
+class _LyingTree(HeadTreeDrafter):
+    """Negative control: reports its deterministic candidates as draws from a uniform law."""
+
+    def propose_from(self, state, tokens, lengths, nodes, depth):  # type: ignore[no-untyped-def]
+        tree, state = super().propose_from(state, tokens, lengths, nodes, depth)
+        vocab = int(self.head.vocab_size)
+        probs = torch.full((*tree.tokens.shape, vocab), 1.0 / vocab, dtype=torch.float64)
+        return dataclasses.replace(tree, probs=probs), state
+
+
+@pytest.mark.parametrize("kind", ["hybrid", "auto", "auto-fan-out"])
 def test_the_hybrids_over_a_head_decode_greedily_as_plain(target: HFModel, kind: str) -> None:
     drafter = _drafter(target, kind)
     ids = torch.tensor([PROMPT, [4, 4, 6, 1, 0]])
@@ -97,6 +109,83 @@ def test_greedy_equals_plain_decoding(target: HFModel, vocab: torch.Tensor | Non
         assert spec.metrics.alpha > 0  # the head's drafts are used, not all rejected
 
 
+@pytest.mark.parametrize("vocab", [None, torch.tensor([0, 2, 3, 5, 7])], ids=["all", "subset"])
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_a_head_tree_decodes_greedily_as_plain(target: HFModel, vocab: torch.Tensor | None,
+                                               nodes: int) -> None:
+    drafter = HeadTreeDrafter(HeadModel(DraftHead(target, vocab=vocab)), nodes=nodes)
+    ids = torch.tensor([[*PROMPT, 0, 0], [4, 4, 6, 1, 0, 2, 5]])  # ragged
+    lengths = torch.tensor([5, 7])
+    plain = generate_plain(target, ids, max_new_tokens=24, params=GREEDY, prompt_lengths=lengths)
+    spec = generate(target, drafter, ids, max_new_tokens=24, params=GREEDY, prompt_lengths=lengths)
+    assert torch.equal(spec.sequences, plain.sequences)
+    assert spec.metrics.accepted > 0  # some candidate is the target's token
+    assert spec.metrics.drafted == nodes * spec.metrics.row_rounds
+
+
+def test_a_one_node_head_tree_drafts_what_the_chain_head_drafts(target: HFModel) -> None:
+    """At T = 0 a chain head's one draft is its most likely token, as is a one-node tree's only
+    candidate: with the round handing the tree drafter the accepted path's features, both
+    draft alike in every round, so they accept the same drafts in the same rounds."""
+    head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6])))
+    ids = torch.tensor([PROMPT, [4, 4, 6, 1, 0]])
+    tree = generate(target, HeadTreeDrafter(head, nodes=1), ids, max_new_tokens=30, params=GREEDY)
+    chain = generate(target, HeadDrafter(head), ids, max_new_tokens=30, params=GREEDY, k=1)
+    assert torch.equal(tree.sequences, chain.sequences)
+    assert tree.metrics.histogram == chain.metrics.histogram and tree.metrics.accepted > 0
+
+
+class _NoTreeFeatures:
+    """A target that scores trees but cannot return their features."""
+
+    def __init__(self, model: HFModel) -> None:
+        self.model, self.vocab_size = model, model.vocab_size
+        self.new_cache, self.forward = model.new_cache, model.forward
+        self.forward_features, self.forward_tree, self.commit_path = (
+            model.forward_features, model.forward_tree, model.commit_path)
+
+
+def test_a_fanning_out_hybrid_mixes_siblings_and_copied_chains_in_one_round(target: HFModel) -> None:
+    """A row that copies proposes prompt lookup's chain, a row that uses the head its 3 likeliest
+    next tokens as siblings (the tree `Proposal.parents` says so), in one round; the head's
+    evidence is one trial per round."""
+    head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6])))
+    hybrid = FeatureHybridDrafter(HeadDrafter(head), cost_ratio=0.1, prior_alpha=0.5, fan_out=3)
+    ids = torch.tensor([[1, 2, 3, 4, 2, 3, 0, 0, 0, 0, 0, 0], [5, 7, 1, 6, 0, 2, 0, 0, 0, 0, 0, 0]])
+    lengths = torch.tensor([6, 6])  # row 0 ends in a bigram it has seen: it copies [4, 2, 3]
+    state = start(target, hybrid, ids, lengths, capacity=16, stop_lengths=lengths + 6).draft_state
+    proposal = hybrid.propose(state, ids, lengths, 3, GREEDY, torch.zeros(2, 3, dtype=torch.float64))
+    assert proposal.parents is not None and proposal.probs is None
+    assert proposal.parents.tolist() == [[-1, 0, 1], [-1, -1, -1]]
+    assert proposal.tokens[0].tolist() == [4, 2, 3]
+    alone = HeadTreeDrafter(head, nodes=3)  # the same head, prefilled, on its own
+    fresh = start(target, alone, ids, lengths, capacity=16, stop_lengths=lengths + 6).draft_state
+    tree, _ = alone.propose_from(fresh, ids, lengths, 3, 1)
+    assert proposal.tokens[1].tolist() == tree.tokens[1].tolist()
+    assert len(set(tree.tokens[1].tolist())) == 3 and set(tree.tokens[1].tolist()) <= {0, 1, 3, 4, 6}
+    assert proposal.lengths is not None and proposal.lengths.tolist() == [3, 3]
+    assert proposal.state.drafted.tolist() == [0, 1]
+
+
+def test_bad_head_trees_are_clear_errors(target: HFModel) -> None:
+    head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 2, 3])))
+    with pytest.raises(ValueError, match="nodes: expected at most the head's 3 proposable ids, got 4"):
+        HeadTreeDrafter(head, nodes=4)
+    with pytest.raises(ValueError, match="nodes"):
+        HeadTreeDrafter(head, nodes=0)
+    with pytest.raises(TypeError, match="head: expected a FeatureHead"):
+        HeadTreeDrafter(target)  # type: ignore[arg-type]
+    drafter = HeadTreeDrafter(head, nodes=2)
+    ids, lengths = torch.tensor([PROMPT]), torch.tensor([5])
+    for call in (lambda: drafter.start(ids, lengths, 8), lambda: drafter.advance(None, lengths),
+                 lambda: drafter.propose_tree(ids, lengths, 2, 1)):
+        with pytest.raises(TypeError, match="run it through the core round"):
+            call()
+    with pytest.raises(TypeError, match="target: a HeadTreeDrafter reads the target's features: expected a "
+                                        "TreeModel with forward_tree_features"):
+        generate(_NoTreeFeatures(target), drafter, ids, max_new_tokens=4, params=GREEDY)  # type: ignore[arg-type]
+
+
 def _first_tokens(target: HFModel, drafter: Any, length: int) -> np.ndarray:
     ids = torch.tensor([PROMPT] * ROWS)
     if drafter is None:
@@ -110,16 +199,23 @@ def _drafter(target: HFModel, kind: str) -> Any:
     head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6])))
     if kind == "negative-control":
         return _Lying(head)
+    if kind == "tree":  # the head's three most likely tokens as siblings
+        return HeadTreeDrafter(head, nodes=3)
+    if kind == "tree-negative-control":
+        return _LyingTree(head, nodes=3)
     if kind == "hybrid":  # prompt lookup where the context repeats (often, at V = 8), the head elsewhere
         return FeatureHybridDrafter(HeadDrafter(head))
     if kind == "auto":  # ... and the head only where Thm 3.8 predicts a gain at c = 0.3
         return FeatureHybridDrafter(HeadDrafter(head, threshold=0.5), cost_ratio=0.3, prior_alpha=0.5)
+    if kind == "auto-fan-out":  # ... the head's 3 likeliest tokens as siblings, copies as chains
+        return FeatureHybridDrafter(HeadDrafter(head), cost_ratio=0.1, prior_alpha=0.5, fan_out=3)
     return HeadDrafter(head)
 
 
-@pytest.mark.parametrize("kind", ["head", "hybrid", "auto", "negative-control"])
+@pytest.mark.parametrize("kind", ["head", "hybrid", "auto", "tree", "auto-fan-out", "negative-control",
+                                  "tree-negative-control"])
 def test_sampled_output_follows_the_target_law(target: HFModel, kind: str) -> None:
-    lying = kind == "negative-control"
+    lying = kind.endswith("negative-control")
     drafter = _drafter(target, kind)
     spec, plain = _first_tokens(target, drafter, 2), _first_tokens(target, None, 2)
     logits, _ = target.forward(torch.tensor([PROMPT]), target.new_cache(1, len(PROMPT)))

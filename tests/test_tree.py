@@ -24,7 +24,7 @@ from specsample.generate import generate, generate_plain
 from specsample.params import SamplingParams
 from specsample.suffix import SuffixTreeDrafter
 from specsample.testing import broken, homogeneity
-from specsample.tree import TreeModel, generate_tree
+from specsample.tree import TreeModel, generate_tree, path_features
 
 GREEDY, HOT = SamplingParams(temperature=0.0), SamplingParams(temperature=1.0)
 ROWS = 20_000
@@ -104,6 +104,15 @@ def _path(tokens: list[int], parents: list[int], node: int) -> list[int]:
 def _prefilled(model: HFModel, context: list[int]) -> Cache:
     _, cache = model.forward(torch.tensor([context]), model.new_cache(1, 16))
     return cache
+
+
+def test_path_features_follow_each_rows_accepted_path() -> None:
+    features = torch.arange(2 * 4 * 3, dtype=torch.float64).reshape(2, 4, 3)  # [B, 1 + W, F]
+    path = torch.tensor([[1, 2], [-1, -1]])  # row 0 accepted nodes 1 then 2; row 1 none
+    got = path_features(features, path)
+    assert torch.equal(got[0], features[0, [0, 2, 3]])  # the last committed token, then the nodes
+    assert torch.equal(got[1], features[1, [0, 0, 0]])  # past the path: column 0, never read
+    assert torch.equal(path_features(features[:, :1], path[:, :0]), features[:, :1])  # a plain step
 
 
 def test_committing_a_path_leaves_the_chain_cache(target: HFModel) -> None:

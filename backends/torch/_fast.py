@@ -19,11 +19,11 @@ from .parallel import TensorParallel, local
 
 __all__ = [
     "ARCHITECTURES",
+    "SMALL_ROWS",
     "Architecture",
     "DenseLinear",
     "LlamaStack",
     "PreparedLinear",
-    "SMALL_ROWS",
     "architecture",
     "attention_mask",
     "decoder_layer",

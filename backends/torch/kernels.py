@@ -27,7 +27,8 @@ from torch import nn
 
 from ._fast import SMALL_ROWS, DenseLinear, LlamaStack
 
-__all__ = ["SMALL_ROWS_ENV", "apply_small_rows", "choose_small_rows", "faster_plain_rows", "small_rows_setting"]
+__all__ = ["SMALL_ROWS_ENV", "apply_small_rows", "choose_small_rows", "faster_plain_rows",
+           "small_rows_setting"]
 
 SMALL_ROWS_ENV = "SPECSAMPLE_SMALL_ROWS"
 _SETTINGS = ("auto", "packed", "plain")
@@ -70,7 +71,8 @@ def apply_small_rows(stack: LlamaStack, plain_rows: frozenset[int]) -> None:
 
 
 def choose_small_rows(module: nn.Module, stack: LlamaStack,
-                      forward: Callable[[int], Any], *, repeats: int = 7) -> tuple[frozenset[int], dict[str, float]]:
+                      forward: Callable[[int], Any], *, repeats: int = 7
+                      ) -> tuple[frozenset[int], dict[str, float]]:
     """The row counts of 1 to 3 that read the plain weight on this machine, and the medians
     (ms) behind the choice; measured once per module and process (see the module
     docstring), or fixed by $SPECSAMPLE_SMALL_ROWS. Applies the choice to `stack`.
@@ -92,14 +94,15 @@ def choose_small_rows(module: nn.Module, stack: LlamaStack,
         times: dict[tuple[int, str], list[float]] = {}
         with torch.no_grad():
             for index in range(repeats + 1):
-                for rows in SMALL_ROWS:
+                for width in SMALL_ROWS:
                     for kernel in ("plain", "packed"):
-                        apply_small_rows(stack, frozenset({rows}) if kernel == "plain" else frozenset())
+                        apply_small_rows(stack, frozenset({width}) if kernel == "plain" else frozenset())
                         began = time.perf_counter()
-                        forward(rows)
+                        forward(width)
                         if index:
-                            times.setdefault((rows, kernel), []).append(time.perf_counter() - began)
-        medians = {f"{kernel}@{rows}": round(statistics.median(t) * 1000, 3) for (rows, kernel), t in times.items()}
+                            times.setdefault((width, kernel), []).append(time.perf_counter() - began)
+        medians = {f"{kernel}@{width}": round(statistics.median(t) * 1000, 3)
+                   for (width, kernel), t in times.items()}
         known = (faster_plain_rows(times), medians)
         _MEASURED[module] = known
     apply_small_rows(stack, known[0])

@@ -35,7 +35,8 @@ __all__ = ["CACHE_ENV", "DRAFTERS", "cache_root", "converted", "default_model_pa
            "load_target", "load_tokenizer", "rated_k"]
 
 DEFAULT = "smollm2"
-DRAFTERS = ("int8", "early-exit:N", "lookup", "suffix-tree[:N[xD]][+memory]", "head[:FILE]", "hybrid[:NAME]",
+DRAFTERS = ("int8", "early-exit:N", "lookup", "suffix-tree[:N[xD]][+memory]", "head[:FILE]", "head-tree[:N]",
+            "hybrid[:NAME]",
             "auto[:NAME]", "NAME@THRESHOLD", "<model spec>")
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "SPECSAMPLE_MODEL_CACHE"  # where GGUF conversions are kept; "off" disables
@@ -272,6 +273,15 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
         drafter = HeadDrafter(HeadModel(load_head(path, target)))
         drafter.prior_alpha = head_prior(path)  # type: ignore[attr-defined]
         return drafter
+    if name == "head-tree" or name.startswith("head-tree:"):
+        from specsample.feature import HeadTreeDrafter
+
+        from .head import SHIPPED, HeadModel, load_head
+
+        count = name.removeprefix("head-tree").removeprefix(":") or "3"
+        if not count.isdigit():
+            raise ValueError(f"name: expected 'head-tree' or 'head-tree:N' with N an int, got {name!r}")
+        return HeadTreeDrafter(HeadModel(load_head(SHIPPED, target)), nodes=int(count))  # type: ignore[return-value]
     if name.startswith("early-exit:"):
         count = name.removeprefix("early-exit:")
         if not count.isdigit():

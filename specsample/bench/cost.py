@@ -12,10 +12,10 @@ from specsample.cache import rollback
 from specsample.config import Config
 from specsample.params import SamplingParams
 from specsample.policy import KPolicy, k_policy
-from specsample.protocols import Drafter, FeatureDrafter, FeatureModel, Model
+from specsample.protocols import Drafter, FeatureModel, Model, reads_features
 from specsample.rng import uniforms
 from specsample.shard import agree
-from specsample.tree import TreeDrafter
+from specsample.tree import FeatureTreeDrafter, TreeDrafter
 
 __all__ = ["WidthCost", "measure_cost_ratio", "next_logits", "policy_with_cost"]
 
@@ -75,13 +75,14 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
         raise ValueError(f"prompt: expected at least 2 tokens to time a step, got {width}")
     lengths = prompt[:, 0] * 0 + width  # [1] int64, on the prompt's device
     cache = target.new_cache(1, width + 2)
-    if isinstance(drafter, FeatureDrafter) and isinstance(target, FeatureModel):
+    if reads_features(drafter) and isinstance(target, FeatureModel):
         # A feature head starts from the target's features and takes one per round.
+        reader: Any = drafter
         _, features, cache = target.forward_features(prompt[:, :-1], cache)
-        state = drafter.start_features(prompt, lengths, width + 2, features)
+        state = reader.start_features(prompt, lengths, width + 2, features)
 
         def advance(state: Any) -> Any:
-            return drafter.advance_features(state, lengths, features[:, -1:], lengths - 1)
+            return reader.advance_features(state, lengths, features[:, -1:], lengths - 1)
     else:
         _, cache = target.forward(prompt[:, :-1], cache)
         state = drafter.start(prompt, lengths, width + 2)
@@ -99,6 +100,11 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
 
     def draft_step() -> None:
         nonlocal state
+        if isinstance(drafter, FeatureTreeDrafter):  # a whole tree, from the drafter's state
+            tree, state = drafter.propose_from(state, prompt, lengths, drafter.nodes, drafter.depth)
+            _sync(tree.tokens)
+            state = advance(state)
+            return
         if not isinstance(drafter, Drafter) and isinstance(drafter, TreeDrafter):  # a whole tree
             _sync(drafter.propose_tree(prompt, lengths, drafter.nodes, drafter.depth).tokens)
             return

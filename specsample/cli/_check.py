@@ -20,7 +20,7 @@ from specsample.config import DEFAULT_K, Config
 from specsample.drafters import ModelDrafter
 from specsample.hybrid import HybridDrafter
 from specsample.params import SamplingParams
-from specsample.protocols import FeatureDrafter
+from specsample.protocols import FeatureDrafter, reads_features
 from specsample.runner import Runner, load
 from specsample.shard import Shard, join
 from specsample.suffix import is_suffix_tree_name
@@ -196,7 +196,8 @@ def _mode(args: argparse.Namespace, runner: Runner) -> str:
     # round, which only the engine gives it.
     trees = isinstance(drafter, TreeDrafter)
     inner = drafter.model if _copies(drafter) else drafter
-    tree_ok = trees or (isinstance(inner, ModelDrafter) and not isinstance(inner, FeatureDrafter))
+    tree_ok = (trees and not reads_features(drafter)) or (
+        isinstance(inner, ModelDrafter) and not isinstance(inner, FeatureDrafter))
     if args.sampler == "auto":
         args.sampler = "engine" if own_engine or not tree_ok else "tree"
     if args.broken is not None and (args.broken in broken.TREE_VERIFIERS) != trees:

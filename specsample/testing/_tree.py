@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 
 from specsample._array import Array, check_int, device, host_array, namespace
 from specsample.params import SamplingParams
-from specsample.protocols import FeatureDrafter, Model
+from specsample.protocols import Model, reads_features
 from specsample.rng import Stream, round_uniforms, uniforms
 from specsample.sample import sample
 from specsample.testing._prefix import Key, PrefixLaws
@@ -324,7 +324,7 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         lookup, drafter = drafter.lookup, drafter.model
     model = getattr(drafter, "model", None)
     tree = callable(getattr(drafter, "propose_tree", None))
-    if isinstance(drafter, FeatureDrafter):
+    if reads_features(drafter):
         raise TypeError(f"drafter: a {type(drafter).__name__} reads the target's features of each "
                         f"round, which the tree sampler does not compute; sample through the engine")
     if getattr(drafter, "support", None) is not None:
