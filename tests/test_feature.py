@@ -167,6 +167,15 @@ def test_a_fanning_out_hybrid_mixes_siblings_and_copied_chains_in_one_round(targ
     assert proposal.state.drafted.tolist() == [0, 1]
 
 
+def test_head_tree_names_are_checked(target: HFModel) -> None:
+    from specsample_backends.torch import loading
+
+    with pytest.raises(ValueError, match="expected 'head-tree' or 'head-tree:N' with N an int"):
+        loading.load_drafter("head-tree:x", target)
+    with pytest.raises(ValueError, match="a head drafts only for the target it was trained on"):
+        loading.load_drafter("head-tree:2", target)  # the shipped head is SmolLM2's
+
+
 def test_bad_head_trees_are_clear_errors(target: HFModel) -> None:
     head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 2, 3])))
     with pytest.raises(ValueError, match="nodes: expected at most the head's 3 proposable ids, got 4"):
@@ -341,7 +350,8 @@ def test_the_tree_sampler_refuses_a_head(target: HFModel) -> None:
 
 
 @pytest.mark.slow
-def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain() -> None:
+@pytest.mark.parametrize("name", ["head", "head-tree"])
+def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain(name: str) -> None:
     from specsample_backends.torch import loading
     from specsample_backends.torch.head import SHIPPED
 
@@ -349,7 +359,7 @@ def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain() -> 
 
     assert SHIPPED.is_file() and SHIPPED.with_suffix(".json").is_file()
     smol = loading.load_target("smollm2")
-    drafter = loading.load_drafter("head", smol)  # checks the card's fingerprint against smol
+    drafter = loading.load_drafter(name, smol)  # checks the card's fingerprint against smol
     tokenizer = loading.load_tokenizer("smollm2")
     for text in ("Write a haiku about the sea.", "What is 17 times 23?"):
         ids = torch.tensor([encode_text(tokenizer, text)])
