@@ -191,6 +191,11 @@ class ModelDrafter:
         return Proposal(tokens=xp.stack(drafted, axis=1), probs=xp.stack(laws, axis=1),
                         state=DraftState(cache=cache, window=state.window), lengths=lengths_kept)
 
+    @property
+    def proposable(self) -> int:
+        """How many ids the draft can propose: its support's size, else the vocabulary's."""
+        return int(self.model.vocab_size) if self.support is None else int(self.support.shape[0])
+
     def candidates(self, state: DraftState, tokens: Array, lengths: Array, m: int
                    ) -> tuple[Array, DraftState]:
         """The draft model's m most likely next tokens per row (int64 [B, m], distinct, the
@@ -199,9 +204,8 @@ class ModelDrafter:
         of siblings (`specsample.verify_tree`), one draft step whatever m."""
         check_int("m", m, 1)
         xp = namespace(tokens)
-        size = int(self.model.vocab_size) if self.support is None else int(self.support.shape[0])
-        if m > size:
-            raise ValueError(f"m: expected at most the draft's {size} proposable ids, got {m}")
+        if m > self.proposable:
+            raise ValueError(f"m: expected at most the draft's {self.proposable} proposable ids, got {m}")
         logits, cache = self._feed(state, tokens, lengths)  # [B, V]
         if self.support is not None:
             logits = xp.take(logits, self.support, axis=-1)  # [B, S]

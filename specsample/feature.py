@@ -122,10 +122,9 @@ class HeadTreeDrafter:
         self.drafter = HeadDrafter(head)
         self.head = head
         self.nodes = check_int("nodes", nodes, 1)
-        support = self.drafter.support
-        size = int(head.vocab_size) if support is None else int(support.shape[0])
-        if nodes > size:
-            raise ValueError(f"nodes: expected at most the head's {size} proposable ids, got {nodes}")
+        if nodes > self.drafter.proposable:
+            raise ValueError(f"nodes: expected at most the head's {self.drafter.proposable} proposable ids, "
+                             f"got {nodes}")
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> Any:
         """Not available: the head needs the target's features (`start_features`)."""

@@ -199,9 +199,8 @@ class HybridDrafter:
         return self.cost_ratio + float(self.width_cost(1, self.verify_width())) - 1
 
     def verify_width(self) -> int:
-        """Positions per row of a round where a row drafts from the model once: 2 for one chain
-        draft, 1 + fan_out for a fan-out."""
-        return 1 + max(1, self.fan_out)
+        """Positions per row of a round where a row drafts from the model once (`_verify_width`)."""
+        return _verify_width(self.fan_out)
 
     def draft_lengths(self, tokens: Array, lengths: Array, k: int) -> Array:
         """k for every row (copied where it matches, from the model elsewhere); when the model
@@ -417,6 +416,12 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
     return hybrid(drafter) if kind else drafter
 
 
+def _verify_width(fan_out: int) -> int:
+    """Positions per row of a round where a row drafts from the model once: 2 for one chain
+    draft, 1 + fan_out for a fan-out."""
+    return 1 + max(1, fan_out)
+
+
 def _fan_out(drafter: Drafter) -> int:
     """`auto`'s fan-out for a model draft: `HEAD_FAN_OUT` candidates a round for a feature head
     (a cheap step, a low top-1 acceptance), a chain (0) for the others."""
@@ -454,7 +459,7 @@ def choose_model(candidates: Sequence[str], load: Callable[[str], Drafter], *,
         if not isinstance(drafter, ModelDrafter):
             raise ValueError(f"candidates: {name!r} is not a model draft ({type(drafter).__name__})")
         c, alpha = float(cost(drafter)), _prior(drafter)
-        wide = 1.0 if width_cost is None else float(width_cost(1, 1 + max(1, _fan_out(drafter))))
+        wide = 1.0 if width_cost is None else float(width_cost(1, _verify_width(_fan_out(drafter))))
         rated.append(((1 + alpha) / (c + wide), name, drafter, c, alpha))
     if not rated:
         raise ValueError(f"candidates: none loads for this target: {'; '.join(skipped)}")

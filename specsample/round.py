@@ -230,13 +230,12 @@ def _tree_step(state: State, target: Model, drafter: Drafter, proposal: Proposal
     the nodes, `verify_tree`, and the accepted path's K/V moved into place (`commit_path`).
     Node i reads acceptance column k + i and the final token column 2k, as chain drafts do."""
     from specsample.tree import TreeModel, tree_rule
-    from specsample.verify_tree import verify_tree
 
     xp = namespace(state.tokens)
     if not isinstance(target, TreeModel):
         raise TypeError(f"target: a tree proposal needs a TreeModel (forward_tree, commit_path), got "
                         f"{type(target).__name__}")
-    rule = verify_tree if verifier is verify else tree_rule(verifier)
+    rule = tree_rule(verifier)
     parents = xp.astype(proposal.parents, xp.int64)
     last = xp.take_along_axis(state.tokens, (state.lengths - 1)[:, None], axis=1)  # [B, 1]
     tokens = xp.concat([last, proposal.tokens], axis=1)

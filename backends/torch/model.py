@@ -121,7 +121,8 @@ class HFModel:
             with torch.no_grad():
                 if not state:
                     state.append(self.forward(context, self.new_cache(1, 20))[1])
-                _, cache = self.forward(context[:, :width], rollback(state.pop(), context[0, :1] * 0 + 16))
+                at = torch.full((1,), 16, dtype=torch.int64, device=self.device)
+                _, cache = self.forward(context[:, :width], rollback(state.pop(), at))
                 state.append(cache)
         return forward
 
