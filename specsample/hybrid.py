@@ -16,9 +16,11 @@ from specsample.drafters import DraftState, ModelDrafter
 from specsample.lookup import PromptLookupDrafter
 from specsample.metrics import predicted_speedup
 from specsample.params import SamplingParams
+from specsample.policy import fastest_fan_out
 from specsample.protocols import Drafter, FeatureDrafter, Proposal
 
-__all__ = ["FeatureHybridDrafter", "HybridDrafter", "HybridState", "compose_drafter", "split_name"]
+__all__ = ["HEAD_FAN_OUT", "HEAD_FAN_OUT_MAX", "FeatureHybridDrafter", "HybridDrafter", "HybridState",
+           "compose_drafter", "split_name"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -47,11 +49,13 @@ class HybridState:
 # its own (`prior_alpha`, e.g. a trained head's held-out acceptance from its card).
 PRIOR_ALPHA = 0.8
 
-# How many candidates `auto` tries a round where a feature head drafts: its top-1 is
-# accepted about a third of the time, and each further candidate adds one verify position
-# (a few percent of a forward) and, for the second and third, a tenth to a seventh of a
-# round's hits (README, "The draft head"); beyond the third the hits gained no longer pay.
+# How many candidates `auto` tries a round where a feature head drafts, for a head whose card
+# gives no held-out fan-out hit rates (or where the verify's cost is not measured); with
+# both, `specsample.policy.fastest_fan_out` chooses, up to `HEAD_FAN_OUT_MAX`: the width cost
+# counts the target forward only, and past 4 candidates the tree verify's own work per
+# candidate made rounds slower than that cost predicts (README, "Draft trees from a head").
 HEAD_FAN_OUT = 3
+HEAD_FAN_OUT_MAX = 4
 
 
 class HybridDrafter:
@@ -390,7 +394,8 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
     than plain steps, with c measured by `cost`, and, given `width_cost`, rounds of a batch
     narrowed where their width costs more than it gains (see `HybridDrafter`), starting
     from the model's own prior acceptance (`prior_alpha`, else `PRIOR_ALPHA`); a feature
-    head there fans out (its `HEAD_FAN_OUT` likeliest tokens as siblings, one step a round). A bare
+    head there fans out (its m likeliest tokens as siblings, one step a round, m as
+    `_fan_out` chooses). A bare
     "auto" with `candidates` (model names) takes the one `choose_model` predicts fastest
     here instead of `default_model`. Other names go to `load` unchanged.
     """
@@ -411,8 +416,10 @@ def compose_drafter(name: str, load: Callable[[str], Drafter], *, default_model:
     if kind == "auto":
         if cost is None:
             raise ValueError(f"draft: {name!r} needs a backend that measures the draft's cost")
-        return hybrid(drafter, cost_ratio=cost(drafter), width_cost=width_cost,
-                      prior_alpha=_prior(drafter), fan_out=_fan_out(drafter))
+        c = cost(drafter)
+        fan_out = _fan_out(drafter, c, width_cost)
+        return hybrid(drafter, cost_ratio=c, width_cost=width_cost,
+                      prior_alpha=_prior(drafter, fan_out), fan_out=fan_out)
     return hybrid(drafter) if kind else drafter
 
 
@@ -422,15 +429,27 @@ def _verify_width(fan_out: int) -> int:
     return 1 + max(1, fan_out)
 
 
-def _fan_out(drafter: Drafter) -> int:
-    """`auto`'s fan-out for a model draft: `HEAD_FAN_OUT` candidates a round for a feature head
-    (a cheap step, a low top-1 acceptance), a chain (0) for the others."""
-    return HEAD_FAN_OUT if isinstance(drafter, FeatureDrafter) else 0
+def _fan_out(drafter: Drafter, c: float, width_cost: Callable[[int, int], float] | None) -> int:
+    """`auto`'s fan-out for a model draft: a chain (0) unless it is a feature head (a cheap
+    step, a low top-1 acceptance); for a head whose card gives its held-out fan-out hit
+    rates (`fan_out_hits`) and with the verify's cost measured, the m <= `HEAD_FAN_OUT_MAX`
+    that `fastest_fan_out` rates fastest here; else `HEAD_FAN_OUT`."""
+    if not isinstance(drafter, FeatureDrafter):
+        return 0
+    hits = getattr(drafter, "fan_out_hits", None)
+    if hits is None or width_cost is None:
+        return HEAD_FAN_OUT
+    return fastest_fan_out(hits[:HEAD_FAN_OUT_MAX], c, lambda positions: width_cost(1, positions))[0]
 
 
-def _prior(drafter: Drafter) -> float:
-    """The acceptance a model draft states for itself (`prior_alpha`, e.g. a head's held-out
-    alpha from its card), else `PRIOR_ALPHA`."""
+def _prior(drafter: Drafter, fan_out: int = 0) -> float:
+    """The acceptance a model draft states for itself, for rounds of that fan-out: a fan-out
+    of m whose hit rates the drafter gives (`fan_out_hits`) starts from hits[m - 1] (its
+    evidence is one trial a round, a hit or not); otherwise `prior_alpha` (e.g. a head's
+    held-out alpha from its card), else `PRIOR_ALPHA`."""
+    hits = getattr(drafter, "fan_out_hits", None)
+    if fan_out and hits is not None and fan_out <= len(hits):
+        return float(hits[fan_out - 1])
     return float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
 
 
@@ -439,8 +458,8 @@ def choose_model(candidates: Sequence[str], load: Callable[[str], Drafter], *,
                  width_cost: Callable[[int, int], float] | None = None) -> HybridDrafter:
     """`auto`'s model: of the `candidates` that load for this target, the one whose one-draft
     round Thm 3.8 rates fastest here: (1 + alpha) / (c + cost(w positions)), w the positions of
-    its one-step round (2, or 1 + its fan-out for a head: `HEAD_FAN_OUT`), with c measured
-    by `cost`, alpha the drafter's `prior_alpha` (else `PRIOR_ALPHA`) and the verify's cost
+    its one-step round (2, or 1 + its fan-out m for a head: `_fan_out`), with c measured
+    by `cost`, alpha the drafter's prior for that round (`_prior`) and the verify's cost
     from `width_cost` (else 1). A candidate that does not load (FileNotFoundError or
     ValueError: e.g. no head trained for this target) is left out, and said so.
 
@@ -458,18 +477,20 @@ def choose_model(candidates: Sequence[str], load: Callable[[str], Drafter], *,
             continue
         if not isinstance(drafter, ModelDrafter):
             raise ValueError(f"candidates: {name!r} is not a model draft ({type(drafter).__name__})")
-        c, alpha = float(cost(drafter)), _prior(drafter)
-        wide = 1.0 if width_cost is None else float(width_cost(1, _verify_width(_fan_out(drafter))))
-        rated.append(((1 + alpha) / (c + wide), name, drafter, c, alpha))
+        c = float(cost(drafter))
+        fan_out = _fan_out(drafter, c, width_cost)
+        alpha = _prior(drafter, fan_out)
+        wide = 1.0 if width_cost is None else float(width_cost(1, _verify_width(fan_out)))
+        rated.append(((1 + alpha) / (c + wide), name, drafter, c, alpha, fan_out))
     if not rated:
         raise ValueError(f"candidates: none loads for this target: {'; '.join(skipped)}")
     rated.sort(key=lambda r: -r[0])
-    _, name, drafter, c, alpha = rated[0]
+    _, name, drafter, c, alpha, fan_out = rated[0]
     hybrid = FeatureHybridDrafter if isinstance(drafter, FeatureDrafter) else HybridDrafter
-    chosen = hybrid(drafter, cost_ratio=c, width_cost=width_cost, prior_alpha=alpha,
-                    fan_out=_fan_out(drafter))
+    chosen = hybrid(drafter, cost_ratio=c, width_cost=width_cost, prior_alpha=alpha, fan_out=fan_out)
     chosen.choice = ("model " + ", ".join(
-        f"{n}: c = {cc:.2f}, prior alpha {a:.2f}, a one-draft round at {r:.2f} plain steps' tokens per cost"
-        for r, n, _, cc, a in rated) + f"; chose {name}" +
+        f"{n}: c = {cc:.2f}, {f'a fan-out of {m}, prior hit rate' if m else 'prior alpha'} {a:.2f}, "
+        f"a one-draft round at {r:.2f} plain steps' tokens per cost"
+        for r, n, _, cc, a, m in rated) + f"; chose {name}" +
         (f" (left out: {'; '.join(skipped)})" if skipped else ""))
     return chosen

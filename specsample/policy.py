@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from specsample._array import check_int
 from specsample.metrics import Metrics, expected_tokens_per_round, predicted_speedup
 
-__all__ = ["WIDTH_PRIOR", "AdaptiveK", "ConstantK", "KPolicy", "batch_width", "fastest_k", "k_policy"]
+__all__ = ["WIDTH_PRIOR", "AdaptiveK", "ConstantK", "KPolicy", "batch_width", "fastest_fan_out", "fastest_k",
+           "k_policy"]
 
 # The acceptance `batch_width` assumes before a call has evidence, and how many drafts it is
 # worth: prompt lookup's pooled acceptance on the benchmark prompts is about one half.
@@ -133,6 +135,45 @@ def fastest_k(alpha: float, c: float, width_cost: Callable[[int], float], k_max:
         rates.append(expected_tokens_per_round(float(alpha), k) / (k * float(c) + cost))
     best = max(range(len(rates)), key=lambda i: (rates[i], -i))
     return best + 1, tuple(rates)
+
+
+def fastest_fan_out(hits: Sequence[float], c: float, width_cost: Callable[[int], float]
+                    ) -> tuple[int, tuple[float, ...]]:
+    """The fan-out m in [1, len(hits)] whose depth-1 round Thm 3.8 rates fastest once the
+    verify's cost is counted: 1 + hits[m - 1] expected tokens a round (the committed token,
+    plus one when the target's token is among the m candidates) over the round's cost in
+    plain steps, c (one draft step, whatever m) + width_cost(m + 1). Every m is rated: the
+    verify's cost may stay flat over several widths and then rise in a step.
+
+    Args:
+        hits: hits[m - 1] = the chance that m candidates hold the target's token, each in
+            [0, 1] and none below its predecessor (more candidates hold at least as much).
+        c: the draft step's cost over a one-position target forward, finite and >= 0.
+        width_cost: positions -> a target forward of that many positions over one of one
+            position (> 0).
+
+    Returns:
+        m (the smaller on a tie) and the rate of each m = 1..len(hits), in tokens per plain
+        step's cost (a plain step rates 1).
+    """
+    if isinstance(hits, (str, bytes)) or not isinstance(hits, Sequence) or not hits:
+        raise ValueError(f"hits: expected a non-empty sequence of rates, got {hits!r}")
+    rates = [float(h) for h in hits]
+    if any(not 0 <= h <= 1 for h in rates) or any(b < a for a, b in itertools.pairwise(rates)):
+        raise ValueError(f"hits: expected rates in [0, 1], none below its predecessor, got {list(hits)!r}")
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c < float("inf"):
+        raise ValueError(f"c: expected a finite cost ratio >= 0, got {c!r}")
+    if not callable(width_cost):
+        raise TypeError(f"width_cost: expected a function positions -> cost, got {type(width_cost).__name__}")
+    rated: list[float] = []
+    for m, hit in enumerate(rates, start=1):
+        cost = float(width_cost(m + 1))
+        if not 0 < cost < float("inf"):
+            raise ValueError(f"width_cost: expected a positive finite cost, got {cost!r} at {m + 1} "
+                             f"positions")
+        rated.append((1 + hit) / (float(c) + cost))
+    best = max(range(len(rated)), key=lambda i: (rated[i], -i))
+    return best + 1, tuple(rated)
 
 
 def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,

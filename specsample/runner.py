@@ -131,7 +131,7 @@ class Runner:
         k = self.config.policy().k_max
         if isinstance(self.drafter, HybridDrafter):
             return f"drafter {self.config.draft or 'default'}: {self.drafter.describe(k)}"
-        why = "" if self.k_note is None else f"; {self.k_note}"
+        why = "".join(f"; {note}" for note in (getattr(self.drafter, "choice", None), self.k_note) if note)
         return f"drafter {self.config.draft or 'default'}: {type(self.drafter).__name__}{why}"
 
     def with_drafter(self, name: str) -> Runner:

@@ -159,13 +159,13 @@ def test_a_whole_round_graph_refuses_a_head(target, heads) -> None:  # type: ign
 def test_the_shipped_head_runs_on_smollm2_with_the_eager_greedy_tokens() -> None:
     """The real model and the shipped head (8,192 ids): `load_drafter("head")` on static-cpu,
     greedy tokens equal the torch backend's, nothing compiled after the first run."""
-    from specsample_backends.torch import loading
+    from specsample_backends.torch.head import SHIPPED, load_head
 
     backend = create_cpu({"buckets": [128], "compiler": "aot_eager"})
     target = backend.load_target()
     drafter = backend.load_drafter("head", target)
     assert isinstance(drafter, HeadDrafter)
-    eager = loading.load_drafter("head", target)
+    eager = HeadDrafter(HeadModel(load_head(SHIPPED, target)))  # the chain (a by-name "head" may fan out)
     ids = torch.tensor([[1, 9690, 42, 2683, 314, 253, 1345, 30]])
     run = dict(max_new_tokens=24, k=4, params=SamplingParams(temperature=0))
     got = backend.generate(target, drafter, ids, RunOptions(**run))

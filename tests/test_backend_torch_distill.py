@@ -8,6 +8,7 @@ greedy output equals plain decoding.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -16,11 +17,11 @@ from specsample_backends.torch import HFModel, loading
 from specsample_backends.torch import _distill_prompts as _prompts
 from specsample_backends.torch import distill as distill_module
 from specsample_backends.torch._distill_prompts import code_snippets, grounded_prompts, open_prompts
-from specsample_backends.torch.distill import distill
-from specsample_backends.torch.head import head_prior, load_head
+from specsample_backends.torch.distill import FAN_OUT_NODES, distill, evaluate_fan_out, held_out_fan_out
+from specsample_backends.torch.head import head_fan_out, head_prior, load_head
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specsample.bench.prompts import greedy_prompts
+from specsample.bench.prompts import PROMPTS, greedy_prompts
 from specsample.feature import DistillPlan
 from specsample.generate import generate, generate_plain
 from specsample.params import SamplingParams
@@ -87,9 +88,24 @@ def test_distill_is_seeded_learns_and_loads(tmp_path, tiny: HFModel) -> None:  #
     assert torch.equal(generate(tiny, drafter, ids, max_new_tokens=8, params=greedy, k=2).sequences,
                        generate_plain(tiny, ids, max_new_tokens=8, params=greedy).sequences)
     assert head.fc.weight.dtype == torch.float32  # stored as float16, loaded in the target's dtype
+    # By name, the head drafts as the chain or the fan-out that rates faster here, and says so.
+    assert "the head's chain: " in drafter.choice or "the head's fan-out: " in drafter.choice  # type: ignore[attr-defined]
+    drafter = loading._named_drafter(f"head:{tmp_path / '0.safetensors'}", tiny, None)
     # `auto` weighs a head with its card's held-out alpha as the prior (none: 0.5; bad: an error).
     assert drafter.prior_alpha == cards[0]["held_out_alpha"]["all"]  # type: ignore[attr-defined]
+    # ... and fans it out as its held-out hit rates of m = 1..8 candidates say (none: None).
+    hits = cards[0]["held_out_fan_out"]
+    assert set(hits) == {"all", "open", "grounded"} and all(len(v) == FAN_OUT_NODES for v in hits.values())
+    assert drafter.fan_out_hits == tuple(hits["all"])  # type: ignore[attr-defined]
+    assert all(0 <= a <= b <= 1 for v in hits.values() for a, b in itertools.pairwise(v))
     card = json.loads((tmp_path / "0.json").read_text())
+    card.pop("held_out_fan_out")
+    (tmp_path / "0.json").write_text(json.dumps(card))
+    assert head_fan_out(tmp_path / "0.safetensors") is None
+    card["held_out_fan_out"] = {"all": [0.5, 1.5]}
+    (tmp_path / "0.json").write_text(json.dumps(card))
+    with pytest.raises(ValueError, match=r"fan-out hit rates \[0.5, 1.5\], expected"):
+        head_fan_out(tmp_path / "0.safetensors")
     for alpha, want in ((None, 0.5), (1.5, "held-out alpha 1.5, expected a rate in")):
         card["held_out_alpha"] = {} if alpha is None else {"all": alpha}
         (tmp_path / "0.json").write_text(json.dumps(card))
@@ -120,3 +136,34 @@ def test_sampling_keeps_the_features_a_full_forward_gives(tiny: HFModel) -> None
         torch.testing.assert_close(features, want[0], rtol=1e-4, atol=1e-5)
         lse = torch.logsumexp(logits[0].double(), -1).float()
         torch.testing.assert_close(norms, lse, rtol=1e-4, atol=1e-4)
+
+
+def test_held_out_fan_out_counts_the_greedy_tokens_among_the_heads_likeliest(tmp_path, tiny: HFModel
+                                                                             ) -> None:  # type: ignore[no-untyped-def]
+    """Hit rates rise with m and, with m = the head's whole support, are the share of greedy
+    tokens the support holds (counted here apart); `evaluate_fan_out` writes them into a
+    card that lacks them and leaves the weights and the rest alone."""
+    tokenizer = loading.load_tokenizer("smollm2")
+    distill(tiny, tokenizer, PLAN, tmp_path / "h.safetensors")
+    head = load_head(tmp_path / "h.safetensors", tiny)
+    support = set(head.vocab.tolist())
+    hits = held_out_fan_out(tiny, head, tokenizer, new_tokens=4, nodes=len(support))
+    held, total = 0, 0
+    for _, text in PROMPTS:
+        ids = torch.tensor([distill_module.encode_text(tokenizer, text)])
+        made = generate_plain(tiny, ids, max_new_tokens=4, params=SamplingParams(temperature=0.0),
+                              eos_token_id=tokenizer.eos_token_id).new_tokens(0)
+        held += sum(t in support for t in made)
+        total += len(made)
+    assert hits["all"][-1] == round(held / total, 4)
+    assert all(a <= b for a, b in itertools.pairwise(hits["all"]))
+    card = json.loads((tmp_path / "h.json").read_text())
+    weights = (tmp_path / "h.safetensors").read_bytes()
+    card.pop("held_out_fan_out")
+    (tmp_path / "h.json").write_text(json.dumps(card))
+    written = evaluate_fan_out(tiny, tokenizer, tmp_path / "h.safetensors")
+    assert written == {**card, "held_out_fan_out": written["held_out_fan_out"]}
+    assert written["held_out_fan_out"]["all"] == hits["all"][:FAN_OUT_NODES]
+    assert (tmp_path / "h.safetensors").read_bytes() == weights
+    with pytest.raises(ValueError, match="nodes"):
+        held_out_fan_out(tiny, head, tokenizer, new_tokens=4, nodes=0)

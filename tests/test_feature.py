@@ -167,6 +167,28 @@ def test_a_fanning_out_hybrid_mixes_siblings_and_copied_chains_in_one_round(targ
     assert proposal.state.drafted.tolist() == [0, 1]
 
 
+def test_auto_fans_a_head_out_as_its_card_and_the_verify_cost_rate_fastest(target: HFModel) -> None:
+    """`auto` over a head whose card gives fan-out hit rates takes the fan-out m that
+    `fastest_fan_out` rates fastest from c and the verify's cost, and starts its rows from
+    hits[m - 1]; without hit rates it takes `HEAD_FAN_OUT` and the head's alpha."""
+    from specsample.hybrid import HEAD_FAN_OUT, compose_drafter
+
+    drafter = HeadDrafter(HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6]))))
+    drafter.prior_alpha = 0.3  # type: ignore[attr-defined]
+
+    def auto(step: float) -> FeatureHybridDrafter:
+        chosen = compose_drafter("auto:head", lambda name: drafter, default_model="head", cost=lambda d: 0.1,
+                                 width_cost=lambda batch, width: 1 + step * (width - 1))
+        assert isinstance(chosen, FeatureHybridDrafter)
+        return chosen
+
+    assert auto(0.0).fan_out == HEAD_FAN_OUT and auto(0.0).prior == (0.3, 8.0)
+    drafter.fan_out_hits = (0.36, 0.50, 0.60, 0.65)  # type: ignore[attr-defined]
+    flat, rising = auto(0.0), auto(0.1)  # 1.65 / 1.1 at m = 4; 1.5 / 1.3 at m = 2 (1.6 / 1.4 at 3)
+    assert (flat.fan_out, flat.prior) == (4, (0.65, 8.0))
+    assert (rising.fan_out, rising.prior) == (2, (0.50, 8.0))
+
+
 def test_head_tree_names_are_checked(target: HFModel) -> None:
     from specsample_backends.torch import loading
 

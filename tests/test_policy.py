@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from specsample.metrics import Metrics, predicted_speedup, tally
-from specsample.policy import AdaptiveK, ConstantK, KPolicy, fastest_k, k_policy
+from specsample.policy import AdaptiveK, ConstantK, KPolicy, fastest_fan_out, fastest_k, k_policy
 
 
 def _rounds(k: int, accepted: list[int]) -> Metrics:
@@ -218,6 +218,43 @@ def test_fastest_k_rates_past_a_step_in_the_verify_cost() -> None:
     # longest K rates best; every K is rated.
     k, rates = fastest_k(0.9, 0.02, lambda n: 1.0 if n == 2 else 1.6, 8)
     assert len(rates) == 8 and rates[1] < rates[0] and k == 8
+
+
+# -- fastest_fan_out: the depth-1 fan-out Thm 3.8 rates fastest with the verify's cost counted --
+
+HITS = (0.36, 0.50, 0.60, 0.65, 0.68, 0.70)  # a head's top-m hit rates, m = 1..6
+
+
+def test_fastest_fan_out_is_the_argmax_of_hits_over_the_round_cost() -> None:
+    # A flat verify: every further candidate is free, so the widest fan-out wins.
+    m, rates = fastest_fan_out(HITS, 0.1, lambda n: 1.0)
+    assert m == 6 and rates == pytest.approx(tuple((1 + h) / 1.1 for h in HITS))
+    # A verify that grows 5% a position: (1 + h_m) / (0.1 + 1 + 0.05 m) peaks at m = 3.
+    m, rates = fastest_fan_out(HITS, 0.1, lambda n: 1 + 0.05 * (n - 1))
+    want = [(1 + h) / (0.1 + 1 + 0.05 * j) for j, h in enumerate(HITS, start=1)]
+    assert rates == pytest.approx(tuple(want)) and m == 1 + max(range(6), key=lambda i: want[i]) == 3
+
+
+def test_fastest_fan_out_bites_a_step_in_the_verify_cost() -> None:
+    # Negative control: a verify whose cost jumps past 4 positions stops the fan-out at 3,
+    # where the same hits over a flat verify take all 6.
+    m, rates = fastest_fan_out(HITS, 0.1, lambda n: 1.0 if n <= 4 else 1.5)
+    assert m == 3 and rates[3] < rates[2]
+    assert fastest_fan_out(HITS, 0.1, lambda n: 1.0)[0] == 6
+
+
+@pytest.mark.parametrize("args, error, match", [
+    (((), 0.1, lambda n: 1.0), ValueError, "hits: expected a non-empty sequence of rates"),
+    (("0.5", 0.1, lambda n: 1.0), ValueError, "hits: expected a non-empty sequence of rates"),
+    (((0.5, 0.4), 0.1, lambda n: 1.0), ValueError, "none below its predecessor"),
+    (((0.5, 1.2), 0.1, lambda n: 1.0), ValueError, r"hits: expected rates in \[0, 1\]"),
+    (((0.5,), -0.1, lambda n: 1.0), ValueError, "c: expected a finite cost ratio >= 0"),
+    (((0.5,), 0.1, 1.0), TypeError, "width_cost: expected a function positions -> cost"),
+    (((0.5,), 0.1, lambda n: 0.0), ValueError, "width_cost: expected a positive finite cost, got 0.0 at 2"),
+])
+def test_bad_fan_out_inputs_are_clear_errors(args: tuple, error: type, match: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(error, match=match):
+        fastest_fan_out(*args)
 
 
 @pytest.mark.parametrize("args, error, match", [

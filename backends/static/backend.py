@@ -124,7 +124,7 @@ class StaticBackend(CoreBackend):
         model spec or a feature-level draft head ("head[:FILE]"; compiled pieces only); or a
         tree drafter ("suffix-tree[:N[xD]]"), whose trees the engine verifies with one graph
         set per tree budget."""
-        drafter = loading.load_drafter(name or DEFAULT_DRAFT, target)
+        drafter = loading.load_drafter(name or DEFAULT_DRAFT, target, fan_out=False)  # a head: its chain
         if not isinstance(drafter, (ModelDrafter, TreeDrafter)):
             raise ValueError(f"name: the static engine needs a draft model ('early-exit:N', 'head' or a "
                              f"model spec) or a tree drafter ('suffix-tree'), got {name!r}")

@@ -12,7 +12,8 @@
    cross-entropy of its draft law against the target's law (temperature 1) on the draft
    vocabulary.
 4. Held-out acceptance: greedy speculative generation with K drafts on the benchmark
-   prompts, which the head never saw.
+   prompts, which the head never saw; and the hit rate of a depth-1 fan-out of its m
+   likeliest tokens, m = 1..`FAN_OUT_NODES`, on the target's greedy text for them.
 
 Everything is seeded: the same plan, target and thread count give the same head.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -31,10 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from specsample._array import check_int
 from specsample.bench.prompts import PROMPTS
 from specsample.cache import rollback
 from specsample.feature import DistillPlan, HeadDrafter
-from specsample.generate import generate
+from specsample.generate import generate, generate_plain
 from specsample.params import SamplingParams
 from specsample.rng import Stream, uniforms
 from specsample.runner import encode_text
@@ -42,12 +45,16 @@ from specsample.sample import sample
 from specsample.warp import warp
 
 from ._distill_prompts import grounded_prompts, open_prompts
-from .head import DraftHead, HeadModel, fingerprint, save_head
+from .head import DraftHead, HeadModel, fingerprint, load_head, save_head
 from .model import HFModel
 
-__all__ = ["distill", "held_out_alpha", "training_prompts"]
+__all__ = ["FAN_OUT_NODES", "distill", "evaluate_fan_out", "held_out_alpha", "held_out_fan_out",
+           "training_prompts"]
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+# The widest fan-out whose held-out hit rate a card records.
+FAN_OUT_NODES = 8
 
 
 def training_prompts(count: int) -> list[str]:
@@ -198,6 +205,43 @@ def held_out_alpha(target: HFModel, drafter: Any, tokenizer: Any, *, k: int, new
     return {tag: a / t if t else 0.0 for tag, (a, t) in pooled.items()}
 
 
+def held_out_fan_out(target: HFModel, head: DraftHead, tokenizer: Any, *, new_tokens: int,
+                     nodes: int = FAN_OUT_NODES) -> dict[str, list[float]]:
+    """Greedy hit rate of a depth-1 fan-out on the benchmark prompts (which the head never
+    saw), for m = 1..`nodes` candidates: the fraction of positions of the target's greedy
+    text whose token is among the head's m likeliest, pooled per kind ("open", "grounded")
+    and overall.
+
+    Teacher forcing is what a depth-1 tree round does: every round hands the head the
+    target's features of the accepted path, so the head at position t reads the token
+    there and the target's feature of t - 1, never its own guess. At T = 0 a round with
+    m candidates accepts one exactly when the target's token is among them.
+    """
+    check_int("nodes", nodes, 1)
+    check_int("new_tokens", new_tokens, 1)
+    pooled = {tag: (torch.zeros(nodes, dtype=torch.float64), [0]) for tag in ("open", "grounded")}
+    with torch.no_grad():
+        for tag, text in PROMPTS:
+            ids = torch.tensor([encode_text(tokenizer, text)])
+            made = generate_plain(target, ids, max_new_tokens=new_tokens,
+                                  params=SamplingParams(temperature=0.0), eos_token_id=tokenizer.eos_token_id)
+            tokens = torch.tensor([ids[0].tolist() + made.new_tokens(0)])  # [1, T]
+            _, features, _ = target.forward_features(tokens, target.new_cache(1, int(tokens.shape[1])))
+            previous = torch.cat([torch.zeros_like(features[:, :1]), features[:, :-1]], dim=1)
+            guess = head.logits(head.features(tokens, previous.to(head.fc.weight.dtype)))  # [1, T, V]
+            start = int(ids.shape[1]) - 1  # the position whose next token is the first generated one
+            top = guess[0, start:-1].topk(nodes, dim=-1).indices  # [N, nodes]
+            hit = (top == tokens[0, start + 1:, None]).cumsum(dim=-1).clamp(max=1)  # [N, nodes]
+            counts, seen = pooled[tag]
+            counts += hit.sum(dim=0).double()
+            seen[0] += int(hit.shape[0])
+    total = sum((c for c, _ in pooled.values()), torch.zeros(nodes, dtype=torch.float64))
+    pooled_all = {**{tag: (c, s[0]) for tag, (c, s) in pooled.items()},
+                  "all": (total, sum(s[0] for _, s in pooled.values()))}
+    return {tag: [round(float(x) / n, 4) if n else 0.0 for x in counts]
+            for tag, (counts, n) in pooled_all.items()}
+
+
 def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path, *,
             progress: Progress | None = None) -> dict[str, Any]:
     """Train a head for `target` as `plan` says and save it at `path` (+ its .json card).
@@ -228,11 +272,31 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     losses = _train(head, data, plan, report)
     alpha = held_out_alpha(target, HeadDrafter(HeadModel(head)), tokenizer, k=plan.k,
                            new_tokens=plan.held_out_tokens)
+    fan_out = held_out_fan_out(target, head, tokenizer, new_tokens=plan.held_out_tokens)
     card = {"target_fingerprint": fingerprint(target), "vocab": int(head.vocab.numel()),
             "plan": dataclasses.asdict(plan), "epoch_losses": [round(x, 5) for x in losses],
             "held_out_alpha": {k: round(v, 4) for k, v in alpha.items()},
+            "held_out_fan_out": fan_out,
             "training_tokens": sum(len(r) for r in rows), "seconds": round(time.perf_counter() - began),
             "torch_threads": torch.get_num_threads()}
     save_head(head.half(), path, card)
     head.float()
+    return card
+
+
+def evaluate_fan_out(target: HFModel, tokenizer: Any, path: str | Path) -> dict[str, Any]:
+    """Measure the fan-out hit rates (`held_out_fan_out`) of the head at `path` for `target`
+    and write them into its card, as `distill` does for a head it trains; the weights and
+    the rest of the card stay as they are.
+
+    Returns:
+        The card as written.
+    """
+    path = Path(path)
+    head = load_head(path, target)
+    card_path = path.with_suffix(".json")
+    card: dict[str, Any] = json.loads(card_path.read_text())
+    tokens = int(card.get("plan", {}).get("held_out_tokens", DistillPlan().held_out_tokens))
+    card["held_out_fan_out"] = held_out_fan_out(target, head.float(), tokenizer, new_tokens=tokens)
+    card_path.write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
     return card

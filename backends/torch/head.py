@@ -28,7 +28,8 @@ from ._fast import DenseLinear, LlamaLayer, LlamaStack, attention_mask, embed, h
 from ._forward import llama_layers
 from .model import HFModel
 
-__all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "head_prior", "load_head", "save_head"]
+__all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "head_fan_out", "head_prior", "load_head",
+           "save_head"]
 
 # The head trained for the embedded SmolLM2-135M-Instruct (`specsample distill` writes it).
 SHIPPED = Path(__file__).with_name("heads") / "smollm2-135m-instruct.safetensors"
@@ -268,6 +269,20 @@ def head_prior(path: str | Path) -> float:
         raise ValueError(f"head: the card of {path} gives held-out alpha {alpha!r}, expected a rate "
                          f"in [0, 1]")
     return float(alpha)
+
+
+def head_fan_out(path: str | Path) -> tuple[float, ...] | None:
+    """A head's held-out fan-out hit rates over all prompts (`specsample distill` measures
+    them: entry m - 1 for m candidates), or None where its card has none."""
+    card = json.loads(Path(path).with_suffix(".json").read_text())
+    hits = card.get("held_out_fan_out", {}).get("all")
+    if hits is None:
+        return None
+    if not isinstance(hits, list) or not hits or any(
+            isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h <= 1 for h in hits):
+        raise ValueError(f"head: the card of {path} gives held-out fan-out hit rates {hits!r}, expected "
+                         f"a non-empty list of rates in [0, 1]")
+    return tuple(float(h) for h in hits)
 
 
 def load_head(path: str | Path, target: HFModel) -> DraftHead:

@@ -17,10 +17,10 @@ from torch import nn
 
 from specsample.config import AUTO_K
 from specsample.drafters import ModelDrafter
-from specsample.hybrid import PRIOR_ALPHA, compose_drafter
+from specsample.hybrid import HEAD_FAN_OUT, HEAD_FAN_OUT_MAX, PRIOR_ALPHA, compose_drafter, split_name
 from specsample.lookup import PromptLookupDrafter
 from specsample.params import SamplingParams
-from specsample.policy import fastest_k
+from specsample.policy import fastest_fan_out, fastest_k
 from specsample.protocols import Drafter
 from specsample.suffix import is_suffix_tree_name, suffix_tree
 
@@ -183,7 +183,8 @@ def load_target(spec: str, *, dtype: torch.dtype = torch.float32, device: str = 
     return HFModel(_load(*source, dtype, str(device)), parallel=parallel)
 
 
-def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) -> Drafter:
+def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None, fan_out: bool = True
+                 ) -> Drafter:
     """A drafter for `target` by name.
 
     Args:
@@ -193,7 +194,10 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) ->
             occurrence of the context's suffix; see `specsample.suffix`; "+memory" at the end also
             matches earlier calls' sequences), "head" or
             "head:FILE" (a feature-level draft head trained for this target: the
-            shipped one, or a file; see `head.load_head`), a model spec as for `load_target` (a separate
+            shipped one, or a file; see `head.load_head`; drafting as a chain or as a
+            fan-out of its likeliest tokens, whichever `_fastest_head` rates faster here),
+            "head-tree" or "head-tree:N" (the shipped head's fan-out, of N or of the rated
+            width), a model spec as for `load_target` (a separate
             draft model; its tokenizer must match the target's), "hybrid" or
             "hybrid:NAME" (prompt lookup where the context repeats, int8 or NAME
             elsewhere), "auto" or "auto:NAME" (the hybrid whose model drafts only
@@ -203,7 +207,12 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None) ->
         target: the target model.
         target_tokenizer: needed for a separate draft model only when the target
             was not loaded by `load_target`.
+        fan_out: whether "head" and "head:FILE" may draft as a fan-out (False: the chain,
+            for an engine that runs the chain only).
     """
+    kind, inner, threshold = split_name(name, default_model="int8")
+    if fan_out and kind is None and threshold is None and (inner == "head" or inner.startswith("head:")):
+        return _fastest_head(_named_drafter(inner, target, target_tokenizer), target)
     return compose_drafter(name, lambda inner: _named_drafter(inner, target, target_tokenizer),
                            default_model="int8", cost=lambda drafter: _cost_ratio(target, drafter),
                            width_cost=_width_cost(target), candidates=AUTO_MODELS)
@@ -233,6 +242,32 @@ def rated_k(target: HFModel, drafter: Drafter) -> tuple[int, str] | None:
     return k, (f"K = {k} (none given): Thm 3.8 rates K = 1..{len(rates)} at {rated} plain steps' tokens "
                f"per cost{slower}, from c = {c:.2f} and the verify's cost at each width measured here "
                f"and a prior alpha of {alpha:.2f}; --k sets it")
+
+
+def _fastest_head(drafter: Drafter, target: HFModel) -> Drafter:
+    """A head by name in the shape Thm 3.8 rates fastest here: its chain at the best K
+    (`fastest_k`, from its card's held-out alpha), or a depth-1 fan-out of its m likeliest
+    tokens (`HeadTreeDrafter`, m <= `HEAD_FAN_OUT_MAX` by `fastest_fan_out` from its card's
+    fan-out hit rates), with c and the verify's cost at each width measured on this machine.
+    A head whose card gives no fan-out hit rates drafts its chain. "head@T", "hybrid:head"
+    and "auto:head" keep the chain form they build on."""
+    hits = getattr(drafter, "fan_out_hits", None)
+    if hits is None or not isinstance(drafter, ModelDrafter):
+        return drafter
+    from specsample.feature import HeadTreeDrafter
+
+    c, width = _cost_ratio(target, drafter), _width_cost(target)
+    alpha = float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
+    k, chain = fastest_k(alpha, c, lambda positions: width(1, positions), AUTO_K)
+    m, tree = fastest_fan_out(hits[:HEAD_FAN_OUT_MAX], c, lambda positions: width(1, positions))
+    why = (f"chain K = {k} at {max(chain):.2f} plain steps' tokens per cost (held-out alpha {alpha:.2f}), "
+           f"fan-out of {m} at {max(tree):.2f} (held-out hit rate {hits[m - 1]:.2f}); c = {c:.2f}")
+    if max(tree) <= max(chain):
+        drafter.choice = f"the head's chain: {why}"  # type: ignore[attr-defined]
+        return drafter
+    fanned = HeadTreeDrafter(drafter.model, nodes=m)  # type: ignore[arg-type]  # a head's model
+    fanned.choice = f"the head's fan-out: {why}"  # type: ignore[attr-defined]
+    return fanned  # type: ignore[return-value]
 
 
 def _width_cost(target: HFModel) -> Callable[[int, int], float]:
@@ -267,21 +302,32 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
     if name == "head" or name.startswith("head:"):
         from specsample.feature import HeadDrafter
 
-        from .head import SHIPPED, HeadModel, head_prior, load_head
+        from .head import SHIPPED, HeadModel, head_fan_out, head_prior, load_head
 
         path = name.removeprefix("head:") if name != "head" else SHIPPED
         drafter = HeadDrafter(HeadModel(load_head(path, target)))
         drafter.prior_alpha = head_prior(path)  # type: ignore[attr-defined]
+        drafter.fan_out_hits = head_fan_out(path)  # type: ignore[attr-defined]
         return drafter
     if name == "head-tree" or name.startswith("head-tree:"):
-        from specsample.feature import HeadTreeDrafter
+        from specsample.feature import HeadDrafter, HeadTreeDrafter
 
-        from .head import SHIPPED, HeadModel, load_head
+        from .head import SHIPPED, HeadModel, head_fan_out, load_head
 
-        count = name.removeprefix("head-tree").removeprefix(":") or "3"
-        if not count.isdigit():
+        count = name.removeprefix("head-tree").removeprefix(":")
+        if name != "head-tree" and not count.isdigit():
             raise ValueError(f"name: expected 'head-tree' or 'head-tree:N' with N an int, got {name!r}")
-        return HeadTreeDrafter(HeadModel(load_head(SHIPPED, target)), nodes=int(count))  # type: ignore[return-value]
+        head = HeadModel(load_head(SHIPPED, target))
+        hits = head_fan_out(SHIPPED)
+        if count:
+            nodes = int(count)
+        elif hits is None:
+            nodes = HEAD_FAN_OUT
+        else:  # the fan-out Thm 3.8 rates fastest here, from the card's hit rates
+            c = _cost_ratio(target, HeadDrafter(head))
+            width = _width_cost(target)
+            nodes = fastest_fan_out(hits[:HEAD_FAN_OUT_MAX], c, lambda positions: width(1, positions))[0]
+        return HeadTreeDrafter(head, nodes=nodes)  # type: ignore[return-value]
     if name.startswith("early-exit:"):
         count = name.removeprefix("early-exit:")
         if not count.isdigit():

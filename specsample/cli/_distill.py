@@ -27,6 +27,9 @@ def add_parser(sub: Any) -> None:
         parser.add_argument(f"--{field.name.replace('_', '-')}", dest=f"plan_{field.name}",
                             type=type(getattr(defaults, field.name)), default=getattr(defaults, field.name),
                             help=f"(default {getattr(defaults, field.name)})")
+    parser.add_argument("--evaluate", action="store_true",
+                        help="train nothing: measure the held-out fan-out hit rates of the head at "
+                             "--out and write them into its card")
     parser.add_argument("--target", default=None, help="the target (default: the embedded SmolLM2)")
     parser.add_argument("--device", default=None, help="backend option 'device' (e.g. cpu, cuda:0)")
     parser.add_argument("--dtype", default=None, help="backend option 'dtype' (e.g. float32)")
@@ -35,7 +38,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Sample, train, evaluate on held-out prompts, save; print the card."""
-    from specsample_backends.torch.distill import distill
+    from specsample_backends.torch.distill import distill, evaluate_fan_out
     from specsample_backends.torch.head import SHIPPED
 
     import specsample
@@ -51,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--out: needed for target {config.target!r} (the default place is the "
                              f"embedded SmolLM2's head)")
         out = SHIPPED
+    if args.evaluate:
+        card = evaluate_fan_out(runner.target, runner.tokenizer, out)
+        print(json.dumps(card, indent=2, sort_keys=True))
+        print(f"wrote {Path(out).with_suffix('.json')}")
+        return 0
     bars, units = Bars("distill: "), {"sampling": "prompt", "sampling grounded": "prompt",
                                       "target features": "row"}
     stage: dict[str, int] = {}  # stage -> steps shown so far
