@@ -20,7 +20,7 @@ from specsample.policy import fastest_fan_out
 from specsample.protocols import Drafter, FeatureDrafter, Proposal
 
 __all__ = ["HEAD_FAN_OUT", "HEAD_FAN_OUT_MAX", "FeatureHybridDrafter", "HybridDrafter", "HybridState",
-           "compose_drafter", "split_name"]
+           "compose_drafter", "rated_fan_out", "split_name"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -439,7 +439,14 @@ def _fan_out(drafter: Drafter, c: float, width_cost: Callable[[int, int], float]
     hits = getattr(drafter, "fan_out_hits", None)
     if hits is None or width_cost is None:
         return HEAD_FAN_OUT
-    return fastest_fan_out(hits[:HEAD_FAN_OUT_MAX], c, lambda positions: width_cost(1, positions))[0]
+    return rated_fan_out(hits, c, width_cost)[0]
+
+
+def rated_fan_out(hits: Sequence[float], c: float, width_cost: Callable[[int, int], float]
+                  ) -> tuple[int, tuple[float, ...]]:
+    """A head's fan-out at batch 1: `fastest_fan_out` over its hit rates of at most
+    `HEAD_FAN_OUT_MAX` candidates, with `width_cost` (batch, width) as the backend measures it."""
+    return fastest_fan_out(hits[:HEAD_FAN_OUT_MAX], c, lambda positions: width_cost(1, positions))
 
 
 def _prior(drafter: Drafter, fan_out: int = 0) -> float:

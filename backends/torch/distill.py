@@ -219,7 +219,8 @@ def held_out_fan_out(target: HFModel, head: DraftHead, tokenizer: Any, *, new_to
     """
     check_int("nodes", nodes, 1)
     check_int("new_tokens", new_tokens, 1)
-    pooled = {tag: (torch.zeros(nodes, dtype=torch.float64), [0]) for tag in ("open", "grounded")}
+    counts = {tag: torch.zeros(nodes, dtype=torch.float64) for tag in ("open", "grounded", "all")}
+    seen = dict.fromkeys(counts, 0)
     with torch.no_grad():
         for tag, text in PROMPTS:
             ids = torch.tensor([encode_text(tokenizer, text)])
@@ -232,14 +233,11 @@ def held_out_fan_out(target: HFModel, head: DraftHead, tokenizer: Any, *, new_to
             start = int(ids.shape[1]) - 1  # the position whose next token is the first generated one
             top = guess[0, start:-1].topk(nodes, dim=-1).indices  # [N, nodes]
             hit = (top == tokens[0, start + 1:, None]).cumsum(dim=-1).clamp(max=1)  # [N, nodes]
-            counts, seen = pooled[tag]
-            counts += hit.sum(dim=0).double()
-            seen[0] += int(hit.shape[0])
-    total = sum((c for c, _ in pooled.values()), torch.zeros(nodes, dtype=torch.float64))
-    pooled_all = {**{tag: (c, s[0]) for tag, (c, s) in pooled.items()},
-                  "all": (total, sum(s[0] for _, s in pooled.values()))}
-    return {tag: [round(float(x) / n, 4) if n else 0.0 for x in counts]
-            for tag, (counts, n) in pooled_all.items()}
+            for key in (tag, "all"):
+                counts[key] += hit.sum(dim=0).double()
+                seen[key] += int(hit.shape[0])
+    return {tag: [round(float(x) / seen[tag], 4) if seen[tag] else 0.0 for x in counts[tag]]
+            for tag in counts}
 
 
 def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path, *,

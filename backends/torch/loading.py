@@ -17,10 +17,10 @@ from torch import nn
 
 from specsample.config import AUTO_K
 from specsample.drafters import ModelDrafter
-from specsample.hybrid import HEAD_FAN_OUT, HEAD_FAN_OUT_MAX, PRIOR_ALPHA, compose_drafter, split_name
+from specsample.hybrid import HEAD_FAN_OUT, PRIOR_ALPHA, compose_drafter, rated_fan_out, split_name
 from specsample.lookup import PromptLookupDrafter
 from specsample.params import SamplingParams
-from specsample.policy import fastest_fan_out, fastest_k
+from specsample.policy import fastest_k
 from specsample.protocols import Drafter
 from specsample.suffix import is_suffix_tree_name, suffix_tree
 
@@ -247,7 +247,7 @@ def rated_k(target: HFModel, drafter: Drafter) -> tuple[int, str] | None:
 def _fastest_head(drafter: Drafter, target: HFModel) -> Drafter:
     """A head by name in the shape Thm 3.8 rates fastest here: its chain at the best K
     (`fastest_k`, from its card's held-out alpha), or a depth-1 fan-out of its m likeliest
-    tokens (`HeadTreeDrafter`, m <= `HEAD_FAN_OUT_MAX` by `fastest_fan_out` from its card's
+    tokens (`HeadTreeDrafter`, m by `specsample.hybrid.rated_fan_out` from its card's
     fan-out hit rates), with c and the verify's cost at each width measured on this machine.
     A head whose card gives no fan-out hit rates drafts its chain. "head@T", "hybrid:head"
     and "auto:head" keep the chain form they build on."""
@@ -259,7 +259,7 @@ def _fastest_head(drafter: Drafter, target: HFModel) -> Drafter:
     c, width = _cost_ratio(target, drafter), _width_cost(target)
     alpha = float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
     k, chain = fastest_k(alpha, c, lambda positions: width(1, positions), AUTO_K)
-    m, tree = fastest_fan_out(hits[:HEAD_FAN_OUT_MAX], c, lambda positions: width(1, positions))
+    m, tree = rated_fan_out(hits, c, width)
     why = (f"chain K = {k} at {max(chain):.2f} plain steps' tokens per cost (held-out alpha {alpha:.2f}), "
            f"fan-out of {m} at {max(tree):.2f} (held-out hit rate {hits[m - 1]:.2f}); c = {c:.2f}")
     if max(tree) <= max(chain):
@@ -324,9 +324,7 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
         elif hits is None:
             nodes = HEAD_FAN_OUT
         else:  # the fan-out Thm 3.8 rates fastest here, from the card's hit rates
-            c = _cost_ratio(target, HeadDrafter(head))
-            width = _width_cost(target)
-            nodes = fastest_fan_out(hits[:HEAD_FAN_OUT_MAX], c, lambda positions: width(1, positions))[0]
+            nodes = rated_fan_out(hits, _cost_ratio(target, HeadDrafter(head)), _width_cost(target))[0]
         return HeadTreeDrafter(head, nodes=nodes)  # type: ignore[return-value]
     if name.startswith("early-exit:"):
         count = name.removeprefix("early-exit:")
