@@ -171,7 +171,7 @@ def test_auto_fans_a_head_out_as_its_card_and_the_verify_cost_rate_fastest(targe
     """`auto` over a head whose card gives fan-out hit rates takes the fan-out m that
     `fastest_fan_out` rates fastest from c and the verify's cost, and starts its rows from
     hits[m - 1]; without hit rates it takes `HEAD_FAN_OUT` and the head's alpha."""
-    from specsample.hybrid import HEAD_FAN_OUT, compose_drafter
+    from specsample.draft_names import HEAD_FAN_OUT, compose_drafter
 
     drafter = HeadDrafter(HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6]))))
     drafter.prior_alpha = 0.3  # type: ignore[attr-defined]

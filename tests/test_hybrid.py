@@ -12,8 +12,9 @@ import pytest
 from specsample_backends.reference import NGramModel, random_ngram
 
 from specsample import SamplingParams, generate, generate_plain, get_backend
+from specsample.draft_names import compose_drafter
 from specsample.drafters import ModelDrafter
-from specsample.hybrid import HybridDrafter, compose_drafter
+from specsample.hybrid import HybridDrafter
 from specsample.lookup import PromptLookupDrafter
 from specsample.protocols import SkippingDrafter
 from specsample.rng import round_uniforms, uniforms

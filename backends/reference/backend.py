@@ -9,8 +9,8 @@ from numpy.typing import NDArray
 from specsample_backends.reference.ngram import NGramModel, random_ngram
 
 from specsample.backend import CoreBackend
+from specsample.draft_names import compose_drafter
 from specsample.drafters import ModelDrafter
-from specsample.hybrid import compose_drafter
 from specsample.protocols import Drafter, Model
 
 __all__ = ["ReferenceBackend", "ToyTokenizer", "create", "parse_spec"]
@@ -94,7 +94,7 @@ class ReferenceBackend(CoreBackend):
     def load_drafter(self, name: str | None, target: Model) -> Drafter:
         """'noisy:E' (the target's table mixed with E of another), 'lookup', an ngram spec,
         'hybrid[:NAME]', 'auto[:NAME]' or a model draft's name with '@T'
-        (`specsample.hybrid.compose_drafter`)."""
+        (`specsample.draft_names.compose_drafter`)."""
         return compose_drafter(name or DEFAULT_DRAFT, lambda inner: self._named_drafter(inner, target),
                                default_model=DEFAULT_DRAFT, cost=lambda drafter: _cost_ratio(target, drafter))
 

@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from specsample.config import AUTO_K
+from specsample.draft_names import HEAD_FAN_OUT, compose_drafter, rated_fan_out, split_name
 from specsample.drafters import ModelDrafter
-from specsample.hybrid import HEAD_FAN_OUT, PRIOR_ALPHA, compose_drafter, rated_fan_out, split_name
+from specsample.hybrid import PRIOR_ALPHA
 from specsample.lookup import PromptLookupDrafter
 from specsample.params import SamplingParams
 from specsample.policy import fastest_k
@@ -203,7 +204,7 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None, fa
             elsewhere), "auto" or "auto:NAME" (the hybrid whose model drafts only
             where Thm 3.8, with c measured here at load, predicts a speedup), or a
             model draft's name with "@T" (stop at confidence T; see
-            `specsample.hybrid.compose_drafter`).
+            `specsample.draft_names.compose_drafter`).
         target: the target model.
         target_tokenizer: needed for a separate draft model only when the target
             was not loaded by `load_target`.
@@ -218,7 +219,7 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None, fa
                            width_cost=_width_cost(target), candidates=AUTO_MODELS)
 
 
-# The models a bare "auto" weighs (`specsample.hybrid.choose_model`): the shipped head where
+# The models a bare "auto" weighs (`specsample.draft_names.choose_model`): the shipped head where
 # it was trained for this target, and the int8 self-draft; the one whose one-draft round
 # rates faster here is taken.
 AUTO_MODELS = ("head", "int8")
@@ -247,7 +248,7 @@ def rated_k(target: HFModel, drafter: Drafter) -> tuple[int, str] | None:
 def _fastest_head(drafter: Drafter, target: HFModel) -> Drafter:
     """A head by name in the shape Thm 3.8 rates fastest here: its chain at the best K
     (`fastest_k`, from its card's held-out alpha), or a depth-1 fan-out of its m likeliest
-    tokens (`HeadTreeDrafter`, m by `specsample.hybrid.rated_fan_out` from its card's
+    tokens (`HeadTreeDrafter`, m by `specsample.draft_names.rated_fan_out` from its card's
     fan-out hit rates), with c and the verify's cost at each width measured on this machine.
     A head whose card gives no fan-out hit rates drafts its chain. "head@T", "hybrid:head"
     and "auto:head" keep the chain form they build on."""

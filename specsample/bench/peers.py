@@ -9,7 +9,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from specsample.hybrid import HybridDrafter, split_name
+from specsample.draft_names import split_name
+from specsample.hybrid import HybridDrafter
 from specsample.params import SamplingParams
 from specsample.protocols import Drafter, Model
 
