@@ -47,7 +47,6 @@ class HybridState:
 PRIOR_ALPHA = 0.8
 
 
-
 class HybridDrafter:
     """Per row and round: prompt lookup's copy where the row's context ends in a confident
     match (`PromptLookupDrafter.draft_lengths` gives all K), the model draft elsewhere.
