@@ -13,7 +13,10 @@ first v is within E of A and the one after the last v within E of M, E bounding 
 rounding. A < top_p - E and M >= top_p + E prove the sort keeps v and nothing below it, so v
 is its threshold; a row that is not proven (top_p within E of A or M) is sorted.
 
-Before the histogram, NumPy and torch CPU rows try a cheaper candidate set: every entry
+Where numba is installed, NumPy and torch CPU rows take a compiled pass of both steps
+(`specsample._kernels`): a strided sample places a level, the entries above it are the only
+ones histogrammed, and the histogram's proof decides; rows it does not prove go on below.
+Without numba, NumPy and torch CPU rows try a cheaper candidate set: every entry
 above a level that a strided sample puts, with a margin for its error, below (1 - top_p) of mass.
 Sorted, the candidates are the head of the full sort, so the sort's own rule on them, in the
 same library and dtype, gives the sort's bits there; no rounding bound is needed
@@ -27,9 +30,10 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from specsample import _kernels
 from specsample._array import Array, device, namespace
 
-__all__ = ["kth_largest", "sorted_threshold", "top_p_threshold"]
+__all__ = ["kth_largest", "sorted_threshold", "top_p_threshold", "zero_outside_top_p"]
 
 # Histogram buckets: the top 12 bits of a float32 (sign, exponent, 3 mantissa bits); every
 # value in [0, 2) falls in [0, 4096), ordered as the values are. float64 is rounded to float32
@@ -115,14 +119,79 @@ def top_p_threshold(probs: Array, top_p: float) -> Array:
     rows = xp.reshape(probs, (-1, shape[-1]))  # [R, V]
     host = _host(rows)
     if host is not None:
-        found, proven = _candidate_threshold(rows, host, top_p)
-        threshold = xp.asarray(found)  # torch on CPU shares the NumPy memory
-        if not bool(np.all(proven)):
-            redo = xp.asarray(np.flatnonzero(~proven))
-            threshold[redo] = _bucket_or_sort(xp, xp.take(rows, redo, axis=0), top_p)
+        threshold = xp.asarray(_host_threshold(rows, host, top_p)[0])  # torch on CPU shares the memory
     else:
         threshold = _bucket_or_sort(xp, rows, top_p)
     return xp.reshape(threshold, (*shape[:-1], 1))
+
+
+def zero_outside_top_p(probs: Array, top_p: float) -> bool:
+    """Write 0 over the entries that top-p drops, in place, through the compiled pass:
+    `where(probs >= top_p_threshold(probs, top_p), probs, 0)` bit for bit. False (nothing
+    done) where the pass does not take `probs`: numba absent, not a C-contiguous float32 or
+    float64 NumPy or torch CPU array, short rows, a cumulative sum whose rounding the proof
+    cannot bound tightly (NumPy's float32), autograd recording, or a graph capture.
+
+    Args:
+        probs: [..., V] non-negative, each row summing to about 1; the caller's to overwrite.
+        top_p: in (0, 1).
+    """
+    if not _kernels.available() or not _layout(probs) or probs.ndim == 0:
+        return False
+    vocab = int(probs.shape[-1])
+    if vocab < _SORTED_BELOW or _error(1.0, vocab, _roundoff(probs)) > _COMPILED_ERROR:
+        return False
+    if array_api_compat.is_torch_array(probs):
+        if probs.device.type != "cpu" or not probs.is_contiguous() or _recorded(probs):
+            return False
+    elif not probs.flags.c_contiguous:
+        return False
+    rows = namespace(probs).reshape(probs, (-1, vocab))  # a view: the writes land in probs
+    host = _host(rows)
+    if host is None:
+        return False
+    found, zeroed = _host_threshold(rows, host, top_p, zero=True)
+    for r in np.flatnonzero(~zeroed).tolist():  # the rows the proof left, decided another way
+        host[r] = np.where(host[r] >= found[r], host[r], 0.0)
+    return True
+
+
+# The largest cumulative-sum error bound (per unit of mass) at which the compiled pass runs:
+# torch CPU's float64 accumulation gives about 1e-11 at V = 49152; NumPy's float32 about 6e-3,
+# too loose to prove a threshold, so its rows go to the candidates (the sort's own rule).
+_COMPILED_ERROR = 1e-6
+
+
+def _host_threshold(rows: Array, host: np.ndarray, top_p: float, *,
+                    zero: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The sort's threshold of each host row [R], and which rows the compiled pass zeroed
+    below theirs (with `zero`): the compiled pass where it runs, then the candidates', then
+    the histogram's or the sort's for the rows left unproven."""
+    count, vocab = host.shape
+    error = _error(1.0, vocab, _roundoff(rows))
+    if _kernels.available() and error <= _COMPILED_ERROR:
+        p = float(np.asarray(top_p, dtype=host.dtype))  # the sort compares in rows' dtype
+        found, proven = _kernels.top_p_rows(host, p, error, zero=zero)
+        zeroed = proven if zero else np.zeros(count, dtype=bool)
+    else:
+        found, proven = np.zeros(count, dtype=host.dtype), np.zeros(count, dtype=bool)
+        zeroed = proven.copy()
+    if not bool(proven.all()):
+        xp = namespace(rows)
+        redo = np.flatnonzero(~proven)
+        some = xp.take(rows, xp.asarray(redo), axis=0) if redo.size < count else rows
+        found[redo], settled = _candidate_threshold(some, np.ascontiguousarray(host[redo]), top_p)
+        if not bool(settled.all()):
+            left = redo[~settled]
+            found[left] = np.asarray(_bucket_or_sort(xp, xp.take(rows, xp.asarray(left), axis=0), top_p))
+    return found, zeroed
+
+
+def _recorded(x: Any) -> bool:
+    """Whether autograd records torch `x` (an in-place write would break its backward)."""
+    import torch
+
+    return bool(x.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling()
 
 
 def _bucket_or_sort(xp: Any, rows: Array, top_p: float) -> Array:

@@ -7,8 +7,9 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from specsample import _kernels
 from specsample._array import Array, check_logits, check_logits_shape, device, namespace
-from specsample._select import GROUP, grouped, kth_largest, top_p_threshold
+from specsample._select import GROUP, grouped, kth_largest, top_p_threshold, zero_outside_top_p
 from specsample.params import SamplingParams
 
 __all__ = ["warp"]
@@ -70,6 +71,8 @@ def _keep(xp: Any, values: Array, key: Array, floor: Array) -> Array:
     one of 0 or at least 2^-100 in size, so that no difference is small enough to be
     flushed to zero where the process flushes subnormal numbers.
     """
+    if key is values and _zero_compiled(values, floor):
+        return values
     if _eager_torch_cpu(values) and _owned(values):
         import torch
 
@@ -80,6 +83,29 @@ def _keep(xp: Any, values: Array, key: Array, floor: Array) -> Array:
             step = torch.sub(key, floor).sign_().add_(1).clamp_(max=1)
             return values.mul_(step)
     return xp.where(key >= floor, values, 0.0)
+
+
+def _zero_compiled(values: Any, floor: Any) -> bool:
+    """For host `values` [..., V] that may be overwritten (NumPy, or eager torch CPU) and
+    finite per-row floors [..., 1] of their dtype: zero the entries below their row's floor
+    in place with the compiled pass (one read of each row), and say so; False (nothing
+    done) where numba is absent or another path must do it."""
+    if not _kernels.available() or not _owned(values):
+        return False
+    if array_api_compat.is_torch_array(values):
+        if not _eager_torch_cpu(values) or not values.is_contiguous() or floor.dtype != values.dtype:
+            return False
+        rows, floors = values.detach().numpy(), floor.detach().contiguous().numpy()
+    elif array_api_compat.is_numpy_array(values) and values.flags.c_contiguous \
+            and floor.dtype == values.dtype and values.dtype in (np.float32, np.float64):
+        rows, floors = values, np.ascontiguousarray(floor)
+    else:
+        return False
+    vocab = int(rows.shape[-1])
+    if floors.shape != (*rows.shape[:-1], 1) or vocab == 0 or not np.isfinite(floors).all():
+        return False
+    _kernels.zero_below(rows.reshape(-1, vocab), floors.reshape(-1))
+    return True
 
 
 # Rows up to which `_mask_by_rows` masks row by row (one call a row) rather than in passes
@@ -273,8 +299,10 @@ def _top_p_min_p(xp: Any, probs: Array, params: SamplingParams) -> Array:
     if params.top_p is not None and params.top_p < 1:
         # Keep the most likely tokens while the mass *before* them is < top_p; the
         # last kept value is the threshold (ties at the threshold are all kept).
-        threshold = top_p_threshold(probs, params.top_p)
-        probs = _renormalise(xp, _keep(xp, probs, probs, threshold))
+        if not (_owned(probs) and zero_outside_top_p(probs, params.top_p)):  # in place, one pass
+            threshold = top_p_threshold(probs, params.top_p)
+            probs = _keep(xp, probs, probs, threshold)
+        probs = _renormalise(xp, probs)
     if params.min_p is not None and params.min_p > 0:
         floor = params.min_p * xp.max(probs, axis=-1, keepdims=True)
         probs = _renormalise(xp, _keep(xp, probs, probs, floor))

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsample import SamplingParams, _select, warp
+from specsample import SamplingParams, _kernels, _select, warp
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -196,9 +196,31 @@ def test_warp_equals_the_full_sort_warp(seed, rows, vocab, spread, ties, masked,
     assert _same(warp(logits, params), _sorted_warp(logits, params))
 
 
+# The same without the compiled passes (`specsample._kernels`): the NumPy and torch paths
+# that machines without numba take.
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 4), vocab=st.sampled_from([5, 1000, 4096]),
+       spread=st.sampled_from([0.0, 1.0, 3.0, 10.0]), ties=st.sampled_from(["none", "round", "few"]),
+       masked=st.sampled_from([0.0, 0.99]), temperature=st.sampled_from([0.3, 1.0]),
+       top_k=st.none() | st.integers(1, 4100), top_p=st.none() | TOP_P,
+       min_p=st.none() | st.sampled_from([0.0, 0.05]), library=st.sampled_from(LIBRARIES))
+def test_warp_without_the_compiled_passes_equals_the_full_sort_warp(
+        seed, rows, vocab, spread, ties, masked, temperature, top_k, top_p, min_p, library):  # type: ignore[no-untyped-def]
+    logits = _as(library, _random_logits(seed, rows, vocab, spread, ties, masked))
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    _kernels.enabled = False
+    try:
+        assert _same(warp(logits, params), _sorted_warp(logits, params))
+    finally:
+        _kernels.enabled = True
+
+
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("library", LIBRARIES)
 @pytest.mark.parametrize("spread", [1.0, 3.0, 8.0])
-def test_warp_equals_the_full_sort_warp_at_a_real_vocabulary(library: str, spread: float) -> None:
+def test_warp_equals_the_full_sort_warp_at_a_real_vocabulary(library: str, spread: float, compiled: bool,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_kernels, "enabled", compiled)
     logits = _as(library, _random_logits(int(spread), 6, 49152, spread, "none", 0.0).reshape(2, 3, 49152))
     one = SamplingParams(top_p=0.9)
     assert _same(warp(logits[0, 0], one), _sorted_warp(logits[0, 0], one))  # a single row [V]

@@ -1,0 +1,200 @@
+"""The numba-compiled passes behind `specsample._kernels` (imported only when they run).
+
+Module-level functions, so that numba caches their machine code on disk: compiling them
+takes seconds, loading them a fraction of one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils as _cgutils
+from numba.extending import intrinsic
+
+from specsample._kernels import _BUCKETS, _LANES, _MARGIN, _SHIFT, _STRIDE
+
+jit = njit(cache=True, nogil=True, boundscheck=False)
+cgutils: Any = _cgutils  # untyped
+
+
+def _packed(typingctx: Any, src: Any, start: Any, level: Any, dst: Any, n: Any) -> Any:
+    """`packed(src, start, level, dst, n)`: the entries >= level of src[start : start + L] (L
+    = one 64-byte vector: 16 float32 or 8 float64), in order, written to dst[n:] (a whole
+    vector is stored, so dst needs L slots past the last kept entry); returns how many.
+
+    LLVM's `vector.compress` is a single instruction where the CPU has one (AVX-512's
+    vcompressps into a register) and a short sequence elsewhere; the store is of the whole
+    register, as a memory-destination compress is slow on some CPUs.
+    """
+    if src.dtype not in (types.float32, types.float64) or dst.dtype != src.dtype or level != src.dtype:
+        return None
+    lanes = 512 // src.dtype.bitwidth
+    signature = types.intp(src, start, level, dst, n)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        source, first, floor, target, written = args
+        element = context.get_value_type(sig.args[0].dtype)
+        vector = ir.VectorType(element, lanes)
+        mask_type = ir.VectorType(ir.IntType(1), lanes)
+        source_data = context.make_array(sig.args[0])(context, builder, source).data
+        target_data = context.make_array(sig.args[3])(context, builder, target).data
+        values = builder.load(builder.bitcast(builder.gep(source_data, [first]), vector.as_pointer()),
+                              align=sig.args[0].dtype.bitwidth // 8)
+        first_lane = ir.Constant(ir.IntType(32), 0)
+        splat = builder.insert_element(ir.Constant(vector, ir.Undefined), floor, first_lane)
+        splat = builder.shuffle_vector(splat, ir.Constant(vector, ir.Undefined),
+                                       ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+        mask = builder.fcmp_ordered(">=", values, splat)
+        suffix = f"v{lanes}f{sig.args[0].dtype.bitwidth}"
+        compress = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vector, [vector, mask_type, vector]),
+            f"llvm.experimental.vector.compress.{suffix}")
+        kept = builder.call(compress, [values, mask, ir.Constant(vector, ir.Undefined)])
+        builder.store(kept, builder.bitcast(builder.gep(target_data, [written]), vector.as_pointer()),
+                      align=sig.args[0].dtype.bitwidth // 8)
+        bits = ir.IntType(lanes)
+        count = builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(bits, [bits]),
+                                                            f"llvm.ctpop.i{lanes}"),
+                             [builder.bitcast(mask, bits)])
+        return builder.zext(count, context.get_value_type(types.intp))
+
+    return signature, codegen
+
+
+packed: Any = intrinsic(_packed)
+
+
+@jit
+def bucket(x: Any) -> Any:
+    return np.float32(x).view(np.int32) >> _SHIFT
+
+
+@jit
+def compact(row: Any, level: Any, out: Any) -> int:
+    # The entries >= level, in order, into out (which has _LANES slots to spare): a
+    # vector's worth at a time, then the tail branch-free (every entry written, the next
+    # slot advancing past the kept ones).
+    vocab = row.shape[0]
+    lanes = 64 // row.itemsize
+    whole = vocab - vocab % lanes
+    n = 0
+    for s in range(0, whole, lanes):
+        n += packed(row, s, level, out, n)
+    for j in range(whole, vocab):
+        x = row[j]
+        out[n] = x
+        n += x >= level
+    return n
+
+
+@jit
+def level_of(row: Any, p: float, hist: Any, squares: Any) -> Any:
+    hist[:] = 0.0
+    squares[:] = 0.0
+    taken = 0
+    for j in range(0, row.shape[0], _STRIDE):
+        x = row[j]
+        if x > 0:
+            b = bucket(x)
+            hist[b] += x
+            squares[b] += np.float64(x) * x
+        taken += 1
+    mass, square = 0.0, 0.0
+    for b in range(_BUCKETS):
+        if hist[b] == 0:  # the same test as the bucket below's
+            continue
+        mass += hist[b]
+        square += squares[b]
+        # The sampled mass below bucket b's upper edge and its standard error.
+        noise = _STRIDE * np.sqrt(max(square * taken - mass * mass, 0.0) / taken)
+        if _STRIDE * mass + _MARGIN * noise > 1.0 - p:
+            return np.int32(b << _SHIFT).view(np.float32)
+    return np.float32(0.0)
+
+
+@jit
+def crossing_of(row: Any, level: Any, p: float, candidates: Any, hist: Any, halves: Any) -> Any:
+    """The entries >= level into candidates, their mass histogram (in two halves, whose
+    sums do not wait on each other), and the bucket where the mass from the top reaches p
+    with the mass above it; -1 where the candidates hold less than p."""
+    n = compact(row, level, candidates)
+    hist[:] = 0.0
+    halves[:] = 0.0
+    for i in range(0, n - 1, 2):
+        hist[bucket(candidates[i])] += candidates[i]
+        halves[bucket(candidates[i + 1])] += candidates[i + 1]
+    if n % 2:
+        hist[bucket(candidates[n - 1])] += candidates[n - 1]
+    above = 0.0
+    for b in range(_BUCKETS - 1, -1, -1):
+        hist[b] += halves[b]
+        if above + hist[b] >= p:
+            return n, above, b
+        above += hist[b]
+    return n, above, -1
+
+
+@jit
+def thresholds(rows: Any, p: float, error: float, smallest: Any, zero: bool, out: Any,
+               proven: Any) -> None:
+    count, vocab = rows.shape
+    hist = np.zeros(_BUCKETS, np.float64)
+    squares = np.zeros(_BUCKETS, np.float64)
+    candidates = np.empty(vocab + _LANES, rows.dtype)
+    for r in range(count):
+        row = rows[r]
+        proven[r] = False
+        out[r] = 0
+        level = max(row.dtype.type(level_of(row, p, hist, squares)), smallest)
+        n, above, crossing = crossing_of(row, level, p, candidates, hist, squares)
+        if crossing < 0 and level > smallest:  # the sample put the level too high: every positive
+            level = smallest
+            n, above, crossing = crossing_of(row, level, p, candidates, hist, squares)
+        if crossing < 0:  # the positive entries hold less than p: not decided here
+            continue
+        members = np.empty(n, rows.dtype)
+        m = 0
+        for i in range(n):
+            if bucket(candidates[i]) == crossing:
+                members[m] = candidates[i]
+                m += 1
+        ranked = np.sort(members[:m])[::-1]
+        prior, kept = 0.0, 0
+        for i in range(m):  # the sort's rule on exact sums: keep while the mass before < p
+            if above + prior >= p:
+                break
+            kept = i + 1
+            prior += np.float64(ranked[i])
+        v = ranked[max(kept, 1) - 1]
+        strict, at_least = above, above
+        for i in range(m):
+            if ranked[i] > v:
+                strict += np.float64(ranked[i])
+            if ranked[i] >= v:
+                at_least += np.float64(ranked[i])
+        # The row's mass is at most the candidates' plus the others', each below the level.
+        # (crossing_of merged the halves of the buckets from the top down to the crossing).
+        mass = above + hist[crossing]
+        for b in range(crossing):
+            mass += hist[b] + squares[b]
+        bound = error * (mass + (vocab - n) * np.float64(level))
+        out[r] = v
+        proven[r] = (strict + bound < p) and (at_least - bound >= p)
+        if zero and proven[r]:  # while the row is in cache
+            for j in range(vocab):
+                x = row[j]
+                row[j] = x if x >= v else 0.0
+
+
+@jit
+def zero(rows: Any, floor: Any) -> None:
+    count, vocab = rows.shape
+    for r in range(count):
+        f = floor[r]
+        row = rows[r]
+        for j in range(vocab):  # a select and a store each: vectorised
+            x = row[j]
+            row[j] = x if x >= f else 0.0
