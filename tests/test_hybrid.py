@@ -233,40 +233,6 @@ def test_gate_arguments_are_checked() -> None:
         get_backend("reference").load_drafter("auto:lookup", target)
 
 
-def test_bare_auto_chooses_the_model_whose_one_draft_round_rates_fastest() -> None:
-    """(1 + prior alpha) / (c + cost(2 positions)) per candidate: a cheap draft with a low
-    prior beats a dear one with a high prior, and loses once it costs more; a candidate that
-    does not load is left out and said so; the chosen prior is the model's."""
-    target, draft = _models()
-    cheap, dear = ModelDrafter(draft), ModelDrafter(target)
-    cheap.prior_alpha = 0.3  # type: ignore[attr-defined]
-
-    def load(name: str) -> ModelDrafter:
-        if name == "missing":
-            raise FileNotFoundError("no such head")
-        return {"cheap": cheap, "dear": dear}[name]
-
-    def pick(costs: dict[str, float]) -> HybridDrafter:
-        return compose_drafter("auto", load, default_model="dear", candidates=("missing", "cheap", "dear"),
-                               cost=lambda d: costs["cheap" if d is cheap else "dear"],
-                               width_cost=lambda batch, width: 1.05)
-
-    chosen = pick({"cheap": 0.1, "dear": 0.8})  # 1.3 / 1.15 = 1.13 against 1.8 / 1.85 = 0.97
-    assert chosen.model is cheap and chosen.prior == (0.3, 8.0) and chosen.cost_ratio == 0.1
-    assert "chose cheap" in chosen.describe(4) and "left out: missing (no such head)" in chosen.describe(4)
-    # Negative control: the same cheap draft at c = 0.5 (1.3 / 1.55 = 0.84) loses.
-    chosen = pick({"cheap": 0.5, "dear": 0.8})
-    assert chosen.model is dear and chosen.prior == (0.8, 8.0) and "chose dear" in chosen.describe(4)
-    # "auto:NAME" and "auto@T" keep their model.
-    named = compose_drafter("auto:cheap", load, default_model="dear", candidates=("dear",),
-                            cost=lambda d: 0.1)
-    assert isinstance(named, HybridDrafter) and named.model is cheap and named.choice is None
-    assert named.prior == (0.3, 8.0)  # the drafter's own prior, as when `auto` chooses it
-    assert compose_drafter("auto:dear", load, default_model="dear", cost=lambda d: 0.1).prior == (0.8, 8.0)
-    with pytest.raises(ValueError, match="candidates: none loads for this target: missing"):
-        compose_drafter("auto", load, default_model="dear", candidates=("missing",), cost=lambda d: 0.1)
-
-
 def _widths(drafter: HybridDrafter, rows: list[list[int]],
             **run: object) -> tuple[list[int], list[list[int]]]:
     """The K of every round and each row's greedy tokens."""
