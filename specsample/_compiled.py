@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.core import cgutils as _cgutils
 from numba.extending import intrinsic
 
@@ -138,75 +138,55 @@ def crossing_of(row: Any, level: Any, p: float, candidates: Any, hist: Any, halv
 
 
 @jit
-def row_threshold(row: Any, p: float, error: float, smallest: Any, zero: bool, hist: Any,
-                  squares: Any, candidates: Any) -> Any:
-    """One row's threshold and whether the rounding bound proves it the sort's (writing 0
-    below it in place where proven and `zero`); hist, squares and candidates are scratch."""
-    vocab = row.shape[0]
-    level = max(row.dtype.type(level_of(row, p, hist, squares)), smallest)
-    n, above, crossing = crossing_of(row, level, p, candidates, hist, squares)
-    if crossing < 0 and level > smallest:  # the sample put the level too high: every positive
-        level = smallest
-        n, above, crossing = crossing_of(row, level, p, candidates, hist, squares)
-    if crossing < 0:  # the positive entries hold less than p: not decided here
-        return row.dtype.type(0), False
-    members = np.empty(n, row.dtype)
-    m = 0
-    for i in range(n):
-        if bucket(candidates[i]) == crossing:
-            members[m] = candidates[i]
-            m += 1
-    ranked = np.sort(members[:m])[::-1]
-    prior, kept = 0.0, 0
-    for i in range(m):  # the sort's rule on exact sums: keep while the mass before < p
-        if above + prior >= p:
-            break
-        kept = i + 1
-        prior += np.float64(ranked[i])
-    v = ranked[max(kept, 1) - 1]
-    strict, at_least = above, above
-    for i in range(m):
-        if ranked[i] > v:
-            strict += np.float64(ranked[i])
-        if ranked[i] >= v:
-            at_least += np.float64(ranked[i])
-    # The row's mass is at most the candidates' plus the others', each below the level.
-    # (crossing_of merged the halves of the buckets from the top down to the crossing).
-    mass = above + hist[crossing]
-    for b in range(crossing):
-        mass += hist[b] + squares[b]
-    bound = error * (mass + (vocab - n) * np.float64(level))
-    proven = (strict + bound < p) and (at_least - bound >= p)
-    if zero and proven:  # while the row is in cache
-        for j in range(vocab):
-            x = row[j]
-            row[j] = x if x >= v else 0.0
-    return v, proven
-
-
-@jit
 def thresholds(rows: Any, p: float, error: float, smallest: Any, zero: bool, out: Any,
                proven: Any) -> None:
     count, vocab = rows.shape
-    hist = np.empty(_BUCKETS, np.float64)
-    squares = np.empty(_BUCKETS, np.float64)
+    hist = np.zeros(_BUCKETS, np.float64)
+    squares = np.zeros(_BUCKETS, np.float64)
     candidates = np.empty(vocab + _LANES, rows.dtype)
     for r in range(count):
-        out[r], proven[r] = row_threshold(rows[r], p, error, smallest, zero, hist, squares, candidates)
-
-
-@njit(cache=True, nogil=True, boundscheck=False, parallel=True)
-def thresholds_parallel(rows: Any, p: float, error: float, smallest: Any, zero: bool, out: Any,
-                        proven: Any) -> None:
-    # The rows split over numba's threads, each with its own scratch: an eager array
-    # library's elementwise passes leave a row's halves in both cores' caches, and one
-    # thread alone would fetch the other half across.
-    count, vocab = rows.shape
-    for r in prange(count):
-        hist = np.empty(_BUCKETS, np.float64)
-        squares = np.empty(_BUCKETS, np.float64)
-        candidates = np.empty(vocab + _LANES, rows.dtype)
-        out[r], proven[r] = row_threshold(rows[r], p, error, smallest, zero, hist, squares, candidates)
+        row = rows[r]
+        proven[r] = False
+        out[r] = 0
+        level = max(row.dtype.type(level_of(row, p, hist, squares)), smallest)
+        n, above, crossing = crossing_of(row, level, p, candidates, hist, squares)
+        if crossing < 0 and level > smallest:  # the sample put the level too high: every positive
+            level = smallest
+            n, above, crossing = crossing_of(row, level, p, candidates, hist, squares)
+        if crossing < 0:  # the positive entries hold less than p: not decided here
+            continue
+        members = np.empty(n, rows.dtype)
+        m = 0
+        for i in range(n):
+            if bucket(candidates[i]) == crossing:
+                members[m] = candidates[i]
+                m += 1
+        ranked = np.sort(members[:m])[::-1]
+        prior, kept = 0.0, 0
+        for i in range(m):  # the sort's rule on exact sums: keep while the mass before < p
+            if above + prior >= p:
+                break
+            kept = i + 1
+            prior += np.float64(ranked[i])
+        v = ranked[max(kept, 1) - 1]
+        strict, at_least = above, above
+        for i in range(m):
+            if ranked[i] > v:
+                strict += np.float64(ranked[i])
+            if ranked[i] >= v:
+                at_least += np.float64(ranked[i])
+        # The row's mass is at most the candidates' plus the others', each below the level.
+        # (crossing_of merged the halves of the buckets from the top down to the crossing).
+        mass = above + hist[crossing]
+        for b in range(crossing):
+            mass += hist[b] + squares[b]
+        bound = error * (mass + (vocab - n) * np.float64(level))
+        out[r] = v
+        proven[r] = (strict + bound < p) and (at_least - bound >= p)
+        if zero and proven[r]:  # while the row is in cache
+            for j in range(vocab):
+                x = row[j]
+                row[j] = x if x >= v else 0.0
 
 
 @jit

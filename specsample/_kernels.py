@@ -7,18 +7,16 @@ eager array libraries is what dominates at a few rows of a vocabulary. The thres
 follows `specsample._select`'s histogram proof (its docstring): a row it does not prove
 is returned unproven, and the caller decides it another way, so the result is always the
 full sort's. Without numba (`available()` is False) the callers keep their NumPy and torch
-paths. Several rows split over numba's threads where its threading layer is thread-safe and
-was launched in this process (`threads_available()`), with the serial pass's bits.
+paths.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
-__all__ = ["available", "threads_available", "top_p_rows", "zero_below"]
+__all__ = ["available", "top_p_rows", "zero_below"]
 
 # The top 12 bits of a float32 (sign, exponent, 3 mantissa bits): 4096 buckets, ordered as
 # the non-negative values are (as `specsample._select`'s histogram).
@@ -36,12 +34,6 @@ _compiled: dict[str, Any] | None = None
 _failed = False
 # Tests switch the kernels off to exercise the NumPy and torch paths.
 enabled = True
-# Rows split over numba's threads where its threading layer allows (tests switch it off to
-# compare): the process whose warm-up launched that layer (GNU OpenMP's threads do not
-# survive a fork: a forked child that used them would be killed), and a thread-safe layer.
-parallel = True
-_parallel_pid: int | None = None
-_SAFE_LAYERS = ("omp", "tbb")
 
 
 def available() -> bool:
@@ -63,39 +55,10 @@ def _kernels() -> dict[str, Any] | None:
                 compiled.thresholds(row, 0.5, 1e-9, dtype(np.finfo(dtype).smallest_subnormal), True,
                                     np.zeros(1, dtype), np.zeros(1, np.bool_))
                 compiled.zero(row, np.ones(1, dtype))
-            _compiled = {"thresholds": compiled.thresholds, "zero": compiled.zero,
-                         "thresholds_parallel": compiled.thresholds_parallel}
+            _compiled = {"thresholds": compiled.thresholds, "zero": compiled.zero}
         except Exception:  # numba absent, or unable to build here: the callers' other paths
             _failed = True
-        else:
-            _launch_threads()
     return _compiled
-
-
-def _launch_threads() -> None:
-    """Warm the row-parallel pass up, launching numba's threads, and keep it only if this
-    process launched them (none inherited through a fork) on a thread-safe layer."""
-    global _parallel_pid
-    try:
-        from numba.np.ufunc import parallel
-
-        pool: Any = parallel  # untyped
-        if getattr(pool, "_is_initialized", True):  # launched before us, maybe in a parent
-            return
-        assert _compiled is not None
-        for dtype in (np.float32, np.float64):
-            rows = np.full((2, 64), 1 / 64, dtype=dtype)
-            _compiled["thresholds_parallel"](rows, 0.5, 1e-9, dtype(np.finfo(dtype).smallest_subnormal),
-                                             True, np.zeros(2, dtype), np.zeros(2, np.bool_))
-        if pool.threading_layer() in _SAFE_LAYERS:
-            _parallel_pid = os.getpid()
-    except Exception:  # no threading layer here: the serial pass serves
-        _parallel_pid = None
-
-
-def threads_available() -> bool:
-    """Whether `top_p_rows` splits rows over numba's threads in this process."""
-    return available() and parallel and _parallel_pid == os.getpid()
 
 
 def top_p_rows(rows: np.ndarray, top_p: float, error: float, *,
@@ -121,9 +84,7 @@ def top_p_rows(rows: np.ndarray, top_p: float, error: float, *,
     proven = np.zeros(rows.shape[0], dtype=np.bool_)
     # The level's floor: every positive entry.
     smallest = rows.dtype.type(np.finfo(rows.dtype).smallest_subnormal)
-    split = rows.shape[0] > 1 and parallel and _parallel_pid == os.getpid()
-    kernels["thresholds_parallel" if split else "thresholds"](rows, float(top_p), float(error), smallest,
-                                                              bool(zero), threshold, proven)
+    kernels["thresholds"](rows, float(top_p), float(error), smallest, bool(zero), threshold, proven)
     return threshold, proven
 
 

@@ -1,13 +1,8 @@
 """The compiled top-p pass: every threshold it proves is the full sort's, the rows it zeroes
 are `where`'s bit for bit, its vector compaction keeps what a mask keeps, and a loose
-rounding bound (the negative control) lets wrong thresholds through. Split over threads it
-gives the serial pass's bits, and a forked child keeps to the serial pass (the threads it
-would inherit kill it: the second negative control)."""
+rounding bound (the negative control) lets wrong thresholds through."""
 
 from __future__ import annotations
-
-import os
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -128,57 +123,6 @@ def test_bad_input_is_named() -> None:
         _kernels.top_p_rows(np.ones((600, 2)).T, 0.5, 1e-9)
     with pytest.raises(ValueError, match="rows, floor"):
         _kernels.zero_below(np.ones((2, 600)), np.ones(3))
-
-
-def test_the_threads_run_here_and_give_the_serial_pass_bits(monkeypatch: pytest.MonkeyPatch) -> None:
-    # numba's OpenMP layer is on this machine: a build without it would leave the rows serial.
-    assert _kernels.threads_available()
-    for dtype in ("float32", "float64"):
-        rows = np.concatenate([_probs(3, 6, 49152, 3.0, dtype), _probs(4, 3, 49152, 0.5, dtype, 0.9)])
-        split_rows = rows.copy()
-        split = _kernels.top_p_rows(split_rows, float(np.asarray(0.9, dtype=dtype)), 1e-9, zero=True)
-        monkeypatch.setattr(_kernels, "parallel", False)
-        assert not _kernels.threads_available()
-        serial_rows = rows.copy()
-        serial = _kernels.top_p_rows(serial_rows, float(np.asarray(0.9, dtype=dtype)), 1e-9, zero=True)
-        monkeypatch.setattr(_kernels, "parallel", True)
-        assert np.array_equal(split[0], serial[0]) and np.array_equal(split[1], serial[1])
-        assert serial[1].sum() >= 8 and np.array_equal(split_rows, serial_rows)
-
-
-def _in_child(run: Callable[[], bool]) -> int:
-    """The exit status of a forked child that calls `run` and exits 0 (1 on a wrong result)."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover (the child)
-        try:
-            code = 0 if run() else 1
-        except BaseException:
-            code = 2
-        os._exit(code)
-    return os.waitpid(pid, 0)[1]
-
-
-def test_a_forked_child_keeps_to_the_serial_pass() -> None:
-    assert _kernels.threads_available()
-    rows = _probs(6, 5, 49152, 3.0, "float32")
-    p = float(np.float32(0.9))
-    expected = _kernels.top_p_rows(rows.copy(), p, 1e-9)
-
-    def serial_in_child() -> bool:
-        got = _kernels.top_p_rows(rows.copy(), p, 1e-9)
-        return not _kernels.threads_available() and np.array_equal(got[0], expected[0])
-
-    assert _in_child(serial_in_child) == 0
-    kernels = _kernels._kernels()
-    assert kernels is not None
-
-    def threads_in_child() -> bool:
-        kernels["thresholds_parallel"](rows.copy(), p, 1e-9, np.float32(1e-45), False,
-                                       np.zeros(5, np.float32), np.zeros(5, np.bool_))
-        return True
-
-    # Negative control: the same child on the inherited threads does not survive them.
-    assert _in_child(threads_in_child) != 0
 
 
 def test_switched_off_the_callers_take_their_other_paths(monkeypatch: pytest.MonkeyPatch) -> None:
