@@ -3,7 +3,7 @@
     config = Config.load("run.toml")
     runner = specsample.load(config)
     out = runner.generate(["Once upon a time"], max_new_tokens=64)
-    print(out.texts[0])
+    text = out.texts[0]  # the first prompt's new text
 
 The runner routes every generation to the backend's own engine (the static engine on
 `static-cpu`, `cuda` and `gaudi`, the core loop elsewhere); only `Config.backend`
