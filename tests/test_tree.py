@@ -130,6 +130,34 @@ def test_committing_a_path_leaves_the_chain_cache(target: HFModel) -> None:
     torch.testing.assert_close(logits[0, 0], want, rtol=0, atol=1e-10)
 
 
+def test_commit_path_moves_only_what_is_out_of_place(target: HFModel) -> None:
+    """A path already in place (a chain, a first sibling's hit, a miss) moves nothing; in a
+    batch where another row's path moves, every row ends as a chain forward would leave it."""
+    context = [3, 1, 4, 1, 5]
+    tokens, parents = [5, 2, 6], [-1, 0, 0]  # the last token, then two sibling candidates
+    ids = torch.tensor([context[:-1]] * 2)
+
+    def tree_cache() -> Cache:
+        _, cache = target.forward(ids, target.new_cache(2, 16))
+        _, cache = target.forward_tree(torch.tensor([tokens] * 2), torch.tensor([parents] * 2), cache)
+        return cache
+
+    first = torch.tensor([5, 5])  # feed index 1 (node 0) sits at slot 5
+    cache = tree_cache()
+    before = [(k.clone(), v.clone()) for k, v in cache.buffers]
+    kept = target.commit_path(cache, first, torch.tensor([[0], [-1]]))  # a hit on node 0; a miss
+    assert all(torch.equal(k, k0) and torch.equal(v, v0)
+               for (k, v), (k0, v0) in zip(kept.buffers, before, strict=True))
+    # Row 0 keeps node 0 (token 2) in place, row 1 accepts node 1 (token 6): it moves.
+    moved = target.commit_path(tree_cache(), first, torch.tensor([[0], [1]]))
+    for row, token in ((0, 2), (1, 6)):
+        one = [(k[row:row + 1], v[row:row + 1]) for k, v in moved.buffers]
+        cache = Cache(lengths=torch.tensor([6]), capacity=16, buffers=tuple(one))
+        logits, _ = target.forward(torch.tensor([[3]]), cache)
+        want = _chain_logits(target, [*context, token, 3])
+        torch.testing.assert_close(logits[0, 0], want, rtol=0, atol=1e-10)
+
+
 def test_greedy_equals_plain_decoding(target: HFModel) -> None:
     ids = torch.tensor([PROMPT, [4, 4, 6, 1, 0, 4, 4, 6, 1, 0]])
     lengths = torch.tensor([10, 7])

@@ -250,8 +250,13 @@ class HFModel:
         """
         check_live(cache)
         with torch.inference_mode():
-            for keys, values in cache.buffers:
-                move_path(keys, values, first, path)
+            # Usually nothing moves: a chain's path, a first candidate's hit and a miss are
+            # already in place (path[b, j] is j or -1). One host read then saves a gather
+            # and a scatter per layer and buffer.
+            index = self._slots[:path.shape[1]][None, :]
+            if bool(((path >= 0) & (path != index)).any()):
+                for keys, values in cache.buffers:
+                    move_path(keys, values, first, path)
         return consume(cache, lengths=cache.lengths, buffers=cache.buffers)
 
     def _run(self, tokens: Tensor, cache: Cache, *, features: bool, parents: Tensor | None = None
