@@ -230,11 +230,19 @@ def test_load_settles_the_default_k_by_the_drafter() -> None:
     note = rated.drafter_note()
     assert f"K = {k} (none given): Thm 3.8 rates K = 1.." in note
     assert f"prior alpha of {PRIOR_ALPHA:.2f}" in note
-    # The note's rates are the rating the choice came from: K is their argmax.
+    # The note's rates are the rating the choice came from: K's is their maximum (at the
+    # note's two decimals, a near-tie of two K reads as a tie).
     rates = [float(r) for r in note.split(" at ")[1].split(" plain")[0].split(", ")]
-    assert k == 1 + rates.index(max(rates))
+    assert rates[k - 1] == max(rates)
     sure = rated.backend.load_drafter("early-exit:10@0.5", rated.target)
     assert loading.rated_k(rated.target, sure) is None
+    # What a head kept as a chain measured at load (`measured`) is rated, not measured again.
+    chain = rated.backend.load_drafter("early-exit:10", rated.target)
+    asked: list[tuple[int, int]] = []
+    chain.measured = (0.25, lambda batch, width: asked.append((batch, width)) or 1.0 + 0.1 * width)  # type: ignore[attr-defined]
+    told = loading.rated_k(rated.target, chain)
+    assert told is not None and "c = 0.25" in told[1]
+    assert asked == [(1, positions) for positions in range(2, AUTO_K + 2)]
     # Another drafter on the same loaded target gets the K `load` would give it.
     other = rated.with_drafter("lookup")
     assert other.target is rated.target and other.backend is rated.backend

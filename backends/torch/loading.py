@@ -233,9 +233,9 @@ def rated_k(target: HFModel, drafter: Drafter) -> tuple[int, str] | None:
     held-out alpha from its card; else `PRIOR_ALPHA`). None for other drafters."""
     if not isinstance(drafter, ModelDrafter) or drafter.threshold is not None:
         return None
-    c = _cost_ratio(target, drafter)
+    # A head that `_fastest_head` kept as a chain carries what it measured at load.
+    c, width = getattr(drafter, "measured", None) or (_cost_ratio(target, drafter), _width_cost(target))
     alpha = float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
-    width = _width_cost(target)
     k, rates = fastest_k(alpha, c, lambda positions: width(1, positions), AUTO_K)
     rated = ", ".join(f"{r:.2f}" for r in rates)
     slower = "" if max(rates) >= 1 else (" (below 1: slower than plain decoding here; 'auto' takes "
@@ -265,6 +265,7 @@ def _fastest_head(drafter: Drafter, target: HFModel) -> Drafter:
            f"fan-out of {m} at {max(tree):.2f} (held-out hit rate {hits[m - 1]:.2f}); c = {c:.2f}")
     if max(tree) <= max(chain):
         drafter.choice = f"the head's chain: {why}"  # type: ignore[attr-defined]
+        drafter.measured = (c, width)  # type: ignore[attr-defined]  # `rated_k` reads them, not again
         return drafter
     fanned = HeadTreeDrafter(drafter.model, nodes=m)  # type: ignore[arg-type]  # a head's model
     fanned.choice = f"the head's fan-out: {why}"  # type: ignore[attr-defined]
