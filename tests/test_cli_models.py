@@ -167,11 +167,11 @@ def test_bench_writes_json_and_pngs(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert spec["efficiency"] == pytest.approx(rate / base / spec["predicted_speedup"])
     assert spec["efficiency_per_prompt"]["n_prompts"] == 1
     assert records[("plain", 0.0)]["variant"] in {"plain_ours", "plain_hf"}
-    # The default drafter (auto, K = AUTO_K = 8) copies and drafts from the model it chose:
+    # The default drafter (auto, K = AUTO_K) copies and drafts from the model it chose:
     # transformers' prompt lookup (at 4, 10 and K) and its int8 assistant (its own schedule
     # and K-matched) are its peers.
     assert set(records[("hf_assisted", 0.7)]["variants_tokens_per_s"]) == {
-        "hf_default", "hf_k8", "hf_lookup4", "hf_lookup8", "hf_lookup10"}
+        "hf_default", f"hf_k{AUTO_K}", "hf_lookup4", f"hf_lookup{AUTO_K}", "hf_lookup10"}
     assert records[("plain", 0.7)]["achieved_speedup"] == 1.0
     for name in ("bench_tokens_per_s.png", "bench_accepted.png"):
         assert (path.parent / name).stat().st_size > 1000

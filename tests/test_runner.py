@@ -213,7 +213,7 @@ def test_load_settles_the_default_k_by_the_drafter() -> None:
     given is kept."""
     from specsample_backends.torch import loading
 
-    from specsample.config import AUTO_K, DEFAULT_K
+    from specsample.config import AUTO_K, DEFAULT_K, RATED_K_MAX
     from specsample.hybrid import PRIOR_ALPHA
 
     assert specsample.load(Config()).config.k == DEFAULT_K
@@ -226,7 +226,7 @@ def test_load_settles_the_default_k_by_the_drafter() -> None:
     assert specsample.load(Config(backend="torch", draft="early-exit:10", k=3)).config.k == 3
     rated = specsample.load(Config(backend="torch", draft="early-exit:10"))
     k = rated.config.k
-    assert isinstance(k, int) and 1 <= k <= AUTO_K
+    assert isinstance(k, int) and 1 <= k <= RATED_K_MAX
     note = rated.drafter_note()
     assert f"K = {k} (none given): Thm 3.8 rates K = 1.." in note
     assert f"prior alpha of {PRIOR_ALPHA:.2f}" in note
@@ -242,7 +242,7 @@ def test_load_settles_the_default_k_by_the_drafter() -> None:
     chain.measured = (0.25, lambda batch, width: asked.append((batch, width)) or 1.0 + 0.1 * width)  # type: ignore[attr-defined]
     told = loading.rated_k(rated.target, chain)
     assert told is not None and "c = 0.25" in told[1]
-    assert asked == [(1, positions) for positions in range(2, AUTO_K + 2)]
+    assert asked == [(1, positions) for positions in range(2, RATED_K_MAX + 2)]
     # Another drafter on the same loaded target gets the K `load` would give it.
     other = rated.with_drafter("lookup")
     assert other.target is rated.target and other.backend is rated.backend

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from specsample.config import AUTO_K
+from specsample.config import RATED_K_MAX
 from specsample.draft_names import HEAD_FAN_OUT, compose_drafter, rated_fan_out, split_name
 from specsample.drafters import ModelDrafter
 from specsample.hybrid import PRIOR_ALPHA
@@ -227,7 +227,7 @@ AUTO_MODELS = ("head", "int8")
 
 def rated_k(target: HFModel, drafter: Drafter) -> tuple[int, str] | None:
     """The K to run a model drafter at when none is given, and why: for one that verifies all
-    K every round (no confidence threshold), the K in [1, AUTO_K] that Thm 3.8 rates fastest
+    K every round (no confidence threshold), the K in [1, RATED_K_MAX] that Thm 3.8 rates fastest
     here (`specsample.policy.fastest_k`) from its c and the verify's cost at each width,
     both measured on this machine, and its prior acceptance (`prior_alpha`, e.g. a head's
     held-out alpha from its card; else `PRIOR_ALPHA`). None for other drafters."""
@@ -236,7 +236,7 @@ def rated_k(target: HFModel, drafter: Drafter) -> tuple[int, str] | None:
     # A head that `_fastest_head` kept as a chain carries what it measured at load.
     c, width = getattr(drafter, "measured", None) or (_cost_ratio(target, drafter), _width_cost(target))
     alpha = float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
-    k, rates = fastest_k(alpha, c, lambda positions: width(1, positions), AUTO_K)
+    k, rates = fastest_k(alpha, c, lambda positions: width(1, positions), RATED_K_MAX)
     rated = ", ".join(f"{r:.2f}" for r in rates)
     slower = "" if max(rates) >= 1 else (" (below 1: slower than plain decoding here; 'auto' takes "
                                          "plain steps where drafts do not pay)")
@@ -259,7 +259,7 @@ def _fastest_head(drafter: Drafter, target: HFModel) -> Drafter:
 
     c, width = _cost_ratio(target, drafter), _width_cost(target)
     alpha = float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
-    k, chain = fastest_k(alpha, c, lambda positions: width(1, positions), AUTO_K)
+    k, chain = fastest_k(alpha, c, lambda positions: width(1, positions), RATED_K_MAX)
     m, tree = rated_fan_out(hits, c, width)
     why = (f"chain K = {k} at {max(chain):.2f} plain steps' tokens per cost (held-out alpha {alpha:.2f}), "
            f"fan-out of {m} at {max(tree):.2f} (held-out hit rate {hits[m - 1]:.2f}); c = {c:.2f}")
