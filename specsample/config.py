@@ -25,10 +25,10 @@ __all__ = ["AUTO_K", "DEFAULT_K", "ENV_PREFIX", "RATED_K_MAX", "Config"]
 ENV_PREFIX = "SPECSAMPLE_"
 # K when none is given: drafters that verify all K every round take DEFAULT_K; `auto`
 # narrows each round to the width that pays, so its K only caps the longest copies: a long
-# verify costs little more than a short one (on a 2-core CPU, 17 positions about 1.9
-# one-position forwards against 1.6 for 9), and a long copy that holds commits up to K + 1
-# tokens. A model draft without a threshold runs at the K in [1, RATED_K_MAX] rated fastest
-# at load (`specsample.policy.fastest_k`): a model's chain seldom holds past 8 drafts.
+# verify costs little more than a short one (the README's "A verify is not free"), and a
+# long copy that holds commits up to K + 1 tokens. A model draft without a threshold runs
+# at the K in [1, RATED_K_MAX] rated fastest at load (`specsample.policy.fastest_k`): a
+# model's chain seldom holds past 8 drafts.
 DEFAULT_K, AUTO_K, RATED_K_MAX = 4, 16, 8
 CORE_OPTIONS = ("cost_ratio",)  # read by the core (the adaptive K policy), not by backends
 
