@@ -16,11 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from specsample_backends.static import (
     CompileCapture,
+    ReplayCapture,
     StaticBackend,
     create_cpu,
     engine_options,
     knobs,
     sample_tensor,
+    static_inputs,
     verify_tensor,
     warp_tensor,
 )
@@ -324,6 +326,41 @@ def test_sync_every_reads_less_often_and_changes_no_token(models, backend) -> No
     want = backend.generate(target, drafter, ids, RunOptions(**run))
     got = slow.generate(target, drafter, ids, RunOptions(**run))
     assert torch.equal(got.sequences, want.sequences)
+
+
+def test_static_inputs_give_aliased_examples_buffers_of_their_own() -> None:
+    a, b = torch.zeros(2, 3), torch.ones(4)
+    buffers = static_inputs((a, b, a, a[0]))
+    assert buffers[0] is a and buffers[1] is b  # distinct inputs are the buffers themselves
+    assert buffers[2] is not a and buffers[3] is not a and torch.equal(buffers[2], a)
+    assert len({t.untyped_storage().data_ptr() for t in buffers}) == 4
+    with pytest.raises(TypeError, match=r"example: expected tensors, got list"):
+        static_inputs(([1, 2],))  # type: ignore[arg-type]
+
+
+def _replayed(target, drafter, ids, run):  # type: ignore[no-untyped-def]
+    backend = StaticBackend(name="replay-cpu", device=torch.device("cpu"), dtype=torch.float64,
+                            capture=ReplayCapture(),
+                            options=engine_options({"buckets": BUCKETS}, ["buckets"]))
+    return backend.generate(target, drafter, ids, RunOptions(**run)).sequences
+
+
+def test_replay_capture_gives_the_core_loop_tokens(models, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The cuda backend's capture contract on CPU (`ReplayCapture`: whole-round steps recorded
+    once over fixed input buffers, each call copying its inputs in; the same output tensors
+    every call): the core loop's tokens. The prefill's example passes one tensor for both of
+    its inputs (ids, positions); with buffers shared as given (the negative control), a
+    chunk's ids are overwritten by its positions and the tokens differ."""
+    from specsample_backends.static import backend as static_backend
+
+    target, drafter = models
+    ids, lengths = _ragged()
+    for params in PARAMS[:2]:
+        run = dict(max_new_tokens=12, k=3, seed=2, params=params, prompt_lengths=lengths)
+        want = generate(target, drafter, ids, **run).sequences
+        assert torch.equal(_replayed(target, drafter, ids, run), want)
+    monkeypatch.setattr(static_backend, "static_inputs", tuple)
+    assert not torch.equal(_replayed(target, drafter, ids, run), want)
 
 
 @pytest.mark.slow

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from specsample_backends.static.backend import StaticBackend, engine_options
+from specsample_backends.static.backend import ReplayCapture, StaticBackend, engine_options, state_kept
 from specsample_backends.torch.dtypes import dtype_option
 from torch import Tensor, nn
 
@@ -15,39 +15,32 @@ __all__ = ["CudaGraphCapture", "create"]
 OPTIONS = ("buckets", "dtype", "sync_every", "ks", "prefill_chunk", "device")
 
 
-class CudaGraphCapture:
-    """Capture a step module once with `torch.cuda.CUDAGraph`; a call copies inputs and replays.
-
-    The inputs must keep their shapes (static); the engine passes the same
-    buffers each round, so only a prefill chunk is copied in.
+class CudaGraphCapture(ReplayCapture):
+    """Capture a step module once with `torch.cuda.CUDAGraph`; a call copies its inputs into the
+    recorded buffers and replays (`ReplayCapture`: aliased example inputs get buffers of their
+    own; the engine passes the same buffers each round, so only a prefill chunk is copied in).
     """
 
-    def capture(self, module: nn.Module, example: Sequence[Tensor]) -> Callable[..., Any]:
+    def record(self, module: nn.Module, buffers: tuple[Tensor, ...]) -> Callable[[], Any]:
         """Warm up on a side stream (state restored), capture, and return the replayer."""
-        saved = [t.clone() for t in module.mutable()]  # type: ignore[operator]
-        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # unannotated in torch
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):  # cuBLAS handles, allocator pools: outside the capture
-                module(*example)
-        torch.cuda.current_stream().wait_stream(side)
-        for dst, src in zip(module.mutable(), saved, strict=True):  # type: ignore[operator]
-            dst.copy_(src)
+        def warm_up() -> None:
+            side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # unannotated in torch
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # cuBLAS handles, allocator pools: outside the capture
+                    module(*buffers)
+            torch.cuda.current_stream().wait_stream(side)
+
+        state_kept(module, warm_up)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = module(*example)
+            out = module(*buffers)
 
-        def replay(*args: Tensor) -> Any:
-            for dst, src in zip(example, args, strict=True):
-                if dst is not src:
-                    dst.copy_(src)
+        def replay() -> Any:
             graph.replay()
             return out
 
         return replay
-
-    def boundary(self) -> None:
-        """Nothing to do between rounds."""
 
 
 def _devices() -> str:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from .backend import CompileCapture, StaticBackend, create_cpu, engine_options
+from .backend import CompileCapture, ReplayCapture, StaticBackend, create_cpu, engine_options, static_inputs
 from .engine import BUCKETS, Capture, Engine, EngineOptions
 from .verify import commit, sample_tensor, verify_block_tensor, verify_tensor
 from .warp import knobs, warp_tensor
 
-__all__ = ["BUCKETS", "Capture", "CompileCapture", "Engine", "EngineOptions", "StaticBackend", "commit",
-           "create_cpu", "engine_options", "knobs", "sample_tensor", "verify_block_tensor", "verify_tensor",
-           "warp_tensor"]
+__all__ = ["BUCKETS", "Capture", "CompileCapture", "Engine", "EngineOptions", "ReplayCapture",
+           "StaticBackend", "commit", "create_cpu", "engine_options", "knobs", "sample_tensor",
+           "static_inputs", "verify_block_tensor", "verify_tensor", "warp_tensor"]

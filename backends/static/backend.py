@@ -24,7 +24,8 @@ from .engine import Capture, Engine, EngineOptions, static_stack
 from .pieces import RULES
 from .steps import HeadLinears
 
-__all__ = ["DTYPES", "CompileCapture", "StaticBackend", "create_cpu", "engine_options"]
+__all__ = ["DTYPES", "CompileCapture", "ReplayCapture", "StaticBackend", "create_cpu", "engine_options",
+           "static_inputs"]
 
 DEFAULT_DRAFT = "int8"  # the graphs draft from a model every round
 OPTIONS = ("buckets", "dtype", "sync_every", "ks", "prefill_chunk", "strict", "pieces", "cpp_wrapper",
@@ -74,6 +75,84 @@ class CompileCapture:
 
     def boundary(self) -> None:
         """Nothing to do between rounds."""
+
+
+class ReplayCapture:
+    """Graph-replay semantics (CUDA graphs): a step is recorded once over fixed input buffers,
+    and each call copies its arguments into those buffers and replays, returning the same
+    output tensors every time (the engine clones what it keeps).
+
+    Inputs that share memory in `example` (one tensor passed twice, or two views of one
+    storage) get buffers of their own: a replay copies its arguments in turn, so aliased
+    buffers would hand the graph the last argument in every aliased place. Arguments that
+    are the buffers themselves are not copied. A subclass says how to record (`record`);
+    this class records eagerly, running the module on the buffers at each call and copying
+    its results into the first call's outputs: the same contract on any device, which is how
+    the CPU tests hold the engine to it.
+    """
+
+    pieces = False
+
+    def capture(self, module: nn.Module, example: Sequence[Tensor]) -> Callable[..., Any]:
+        """The replayer of `module` recorded over its own input buffers."""
+        buffers = static_inputs(example)
+        run = self.record(module, buffers)
+
+        def replay(*args: Tensor) -> Any:
+            if len(args) != len(buffers):
+                raise ValueError(f"args: expected {len(buffers)} inputs, as captured, got {len(args)}")
+            for dst, src in zip(buffers, args, strict=True):
+                if dst is not src:
+                    dst.copy_(src)
+            return run()
+
+        return replay
+
+    def record(self, module: nn.Module, buffers: tuple[Tensor, ...]) -> Callable[[], Any]:
+        """A function that runs `module` over `buffers` and returns its (fixed) outputs. The
+        first run, which makes the outputs, leaves the module's state as it found it (as a
+        CUDA graph's recording, which runs nothing)."""
+        out = state_kept(module, lambda: module(*buffers))
+
+        def run() -> Any:
+            fresh = module(*buffers)
+            for dst, src in zip(_flat(out), _flat(fresh), strict=True):
+                dst.copy_(src)
+            return out
+
+        return run
+
+    def boundary(self) -> None:
+        """Nothing to do between rounds."""
+
+
+def state_kept(module: nn.Module, run: Callable[[], Any]) -> Any:
+    """`run()`, with the step module's mutable state (`mutable()`) restored afterwards: a
+    capture's warm-up calls commit nothing."""
+    saved = [t.clone() for t in module.mutable()]  # type: ignore[operator]
+    result = run()
+    for dst, src in zip(module.mutable(), saved, strict=True):  # type: ignore[operator]
+        dst.copy_(src)
+    return result
+
+
+def static_inputs(example: Sequence[Tensor]) -> tuple[Tensor, ...]:
+    """`example` as distinct input buffers: a tensor whose storage an earlier one already uses
+    is replaced by its own copy."""
+    seen: set[int] = set()
+    buffers = []
+    for tensor in example:
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"example: expected tensors, got {type(tensor).__name__}")
+        storage = tensor.untyped_storage().data_ptr()
+        buffers.append(tensor.clone() if storage in seen else tensor)
+        seen.add(storage)
+    return tuple(buffers)
+
+
+def _flat(out: Any) -> list[Tensor]:
+    """The tensors of a step's output (a tensor or a tuple of tensors), in order."""
+    return [out] if isinstance(out, Tensor) else [t for t in out if isinstance(t, Tensor)]
 
 
 def engine_options(options: Mapping[str, object], known: Sequence[str]) -> EngineOptions:
