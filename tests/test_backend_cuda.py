@@ -41,3 +41,14 @@ def test_cuda_graphs_match_eager_and_do_not_move_buffers() -> None:
     pointers = slot.pointers()
     backend.generate(target, drafter, ids, RunOptions(max_new_tokens=8, k=4))
     assert slot.pointers() == pointers
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_the_shipped_head_drafts_for_a_bfloat16_target_on_the_gpu() -> None:
+    # Its layers on the target's device; the card's bfloat16 fingerprint names this target.
+    runner = specsample.load(Config(backend="torch", options={"device": "cuda", "dtype": "bfloat16"},
+                                    draft="head"))
+    out = runner.generate(["Write a haiku about the sea."], max_new_tokens=32,
+                          params=SamplingParams(temperature=0))
+    assert out.metrics.accepted > 0

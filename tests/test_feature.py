@@ -20,7 +20,14 @@ import numpy as np
 import pytest
 import torch
 from specsample_backends.torch import HFModel
-from specsample_backends.torch.head import DraftHead, HeadModel, fingerprint, load_head, save_head
+from specsample_backends.torch.head import (
+    DraftHead,
+    HeadModel,
+    fingerprint,
+    fingerprints,
+    load_head,
+    save_head,
+)
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specsample.feature import HeadDrafter, HeadTreeDrafter
@@ -394,6 +401,51 @@ def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain(name:
             logits, _ = smol.forward(prefix, smol.new_cache(1, prefix.shape[1]))
             assert abs(float(logits[0, -1, a[at]] - logits[0, -1, b[at]])) < 1e-3, (text, at)
         assert spec.metrics.accepted > 0
+
+
+@pytest.mark.slow
+def test_the_shipped_head_loads_for_a_bfloat16_target_and_an_old_card_says_why_not(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A bfloat16 load of SmolLM2 has lost the float32 bits the exact fingerprint reads: the card's
+    bfloat16 fingerprint identifies it, and the head drafts for it.
+    A card without that field is refused with the reason, never matched against the wrong digest."""
+    import json
+    import shutil
+
+    from specsample_backends.torch import loading
+    from specsample_backends.torch.head import SHIPPED
+
+    half = loading.load_target("smollm2", dtype=torch.bfloat16)
+    drafter = loading.load_drafter("head:" + str(SHIPPED), half)
+    ids = torch.tensor([[1, 9690, 42, 2683, 314, 253, 1345, 30]])
+    spec = generate(half, drafter, ids, max_new_tokens=16, params=GREEDY, k=2)
+    assert spec.metrics.accepted > 0  # it drafts what the target takes
+    old = tmp_path / "old.safetensors"
+    shutil.copy(SHIPPED, old)
+    card = json.loads(SHIPPED.with_suffix(".json").read_text())
+    del card["target_fingerprint_bfloat16"]
+    old.with_suffix(".json").write_text(json.dumps(card))
+    with pytest.raises(ValueError, match=r"has no target_fingerprint_bfloat16.*float32"):
+        loading.load_drafter("head:" + str(old), half)
+
+
+def test_the_bfloat16_fingerprint_is_the_same_target_at_bfloat16_precision(target: HFModel) -> None:
+    import copy
+
+    half = HFModel(copy.deepcopy(target.module).to(torch.bfloat16))
+    assert fingerprint(half, bfloat16=True) == fingerprint(target, bfloat16=True) != fingerprint(target)
+    assert fingerprints(target) == {"target_fingerprint": fingerprint(target),
+                                    "target_fingerprint_bfloat16": fingerprint(target, bfloat16=True)}
+    with pytest.raises(ValueError, match=r"target: expected a float32 or float64 target.*got bfloat16"):
+        fingerprints(half)
+    other = HFModel(copy.deepcopy(target.module))
+    assert float(target.module.model.norm.weight[0].detach()) == 1.0  # RMSNorm's initial scale
+    with torch.no_grad():  # below bfloat16's resolution at 1.0: the exact digest sees it, the other not
+        other.module.model.norm.weight[0] += 1e-6
+    assert fingerprint(other) != fingerprint(target)
+    assert fingerprint(other, bfloat16=True) == fingerprint(target, bfloat16=True)
+    with torch.no_grad():
+        other.module.model.norm.weight[0] += 0.1
+    assert fingerprint(other, bfloat16=True) != fingerprint(target, bfloat16=True)
 
 
 def test_the_fingerprint_ignores_where_the_target_was_loaded_from(target: HFModel) -> None:

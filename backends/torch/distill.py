@@ -45,7 +45,7 @@ from specsample.sample import sample
 from specsample.warp import warp
 
 from ._distill_prompts import grounded_prompts, open_prompts
-from .head import DraftHead, HeadModel, fingerprint, load_head, save_head
+from .head import DraftHead, HeadModel, fingerprints, load_head, save_head
 from .model import HFModel
 
 __all__ = ["FAN_OUT_NODES", "distill", "evaluate_fan_out", "held_out_alpha", "held_out_fan_out",
@@ -271,7 +271,7 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     alpha = held_out_alpha(target, HeadDrafter(HeadModel(head)), tokenizer, k=plan.k,
                            new_tokens=plan.held_out_tokens)
     fan_out = held_out_fan_out(target, head, tokenizer, new_tokens=plan.held_out_tokens)
-    card = {"target_fingerprint": fingerprint(target), "vocab": int(head.vocab.numel()),
+    card = {**fingerprints(target), "vocab": int(head.vocab.numel()),
             "plan": dataclasses.asdict(plan), "epoch_losses": [round(x, 5) for x in losses],
             "held_out_alpha": {k: round(v, 4) for k, v in alpha.items()},
             "held_out_fan_out": fan_out,

@@ -28,30 +28,45 @@ from ._fast import DenseLinear, LlamaLayer, LlamaStack, attention_mask, embed, h
 from ._forward import llama_layers
 from .model import HFModel
 
-__all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "head_fan_out", "head_prior", "load_head",
-           "save_head"]
+__all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "fingerprints", "head_fan_out", "head_prior",
+           "load_head", "save_head"]
 
 # The head trained for the embedded SmolLM2-135M-Instruct (`specsample distill` writes it).
 SHIPPED = Path(__file__).with_name("heads") / "smollm2-135m-instruct.safetensors"
 
 _LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
-_BOOKKEEPING = ("transformers_version", "architectures", "quantization_config")
+_BOOKKEEPING = ("transformers_version", "architectures", "quantization_config", "dtype", "torch_dtype")
 
 
-def fingerprint(target: HFModel) -> str:
+def fingerprint(target: HFModel, *, bfloat16: bool = False) -> str:
     """A digest of the target's config and every weight: a head is trained for exactly one.
 
-    The config's bookkeeping (where and how it was loaded, the transformers version) is
-    left out: the same weights loaded from a GGUF file or from its converted folder are
-    the same target.
+    The config's bookkeeping (where and how it was loaded, the transformers version, the
+    dtype it was loaded in) is left out: the same weights loaded from a GGUF file or from
+    its converted folder are the same target. With `bfloat16`, each weight enters rounded
+    to bfloat16 (round to nearest even, as a bfloat16 load rounds it): the digest that the
+    same target loaded in bfloat16, whose full-precision weights are gone, also gives.
     """
     config = {k: v for k, v in hf_config(target.module).to_dict().items()
               if not k.startswith("_") and k not in _BOOKKEEPING}
     h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     for name, tensor in sorted(target.module.state_dict().items()):
         h.update(name.encode())
-        h.update(tensor.detach().to(torch.float32).contiguous().cpu().numpy().tobytes())
+        weight = tensor.detach()
+        if bfloat16 and weight.is_floating_point():
+            weight = weight.to(torch.bfloat16)
+        h.update(weight.to(torch.float32).contiguous().cpu().numpy().tobytes())
     return h.hexdigest()[:32]
+
+
+def fingerprints(target: HFModel) -> dict[str, str]:
+    """The card's fingerprint fields for a head trained on `target` (held in float32 or
+    float64): the exact digest, and the one a bfloat16 load of the same target gives."""
+    if target.dtype == torch.bfloat16:
+        raise ValueError("target: expected a float32 or float64 target (a bfloat16 one has lost the "
+                         "precision the exact fingerprint reads), got bfloat16")
+    return {"target_fingerprint": fingerprint(target),
+            "target_fingerprint_bfloat16": fingerprint(target, bfloat16=True)}
 
 
 class DraftHead(nn.Module):
@@ -74,11 +89,12 @@ class DraftHead(nn.Module):
         stack, width = target.stack, int(target.stack.embed.shape[1])
         layers: Any = target.module.get_submodule("model.layers")
         last = layers[-1]
-        self.fc = nn.Linear(2 * width, width, bias=True, dtype=stack.embed.dtype)
+        on = dict(dtype=stack.embed.dtype, device=stack.embed.device)  # the target's, GPU or CPU
+        self.fc = nn.Linear(2 * width, width, bias=True, **on)
         with torch.no_grad():  # start from "the feature of the previous position"
             self.fc.weight.zero_()
             self.fc.bias.zero_()
-            self.fc.weight[:, width:].copy_(torch.eye(width, dtype=stack.embed.dtype))
+            self.fc.weight[:, width:].copy_(torch.eye(width, **on))
         self.input_norm = nn.Parameter(last.input_layernorm.weight.detach().clone())
         self.post_norm = nn.Parameter(last.post_attention_layernorm.weight.detach().clone())
         modules = (last.self_attn.q_proj, last.self_attn.k_proj, last.self_attn.v_proj,
@@ -88,7 +104,8 @@ class DraftHead(nn.Module):
             for name in ("o", "down"):
                 branch: Any = self.linears[name]
                 branch.weight.zero_()
-        self.register_buffer("vocab", _vocab(vocab, target.vocab_size), persistent=True)
+        self.register_buffer("vocab", _vocab(vocab, target.vocab_size).to(stack.embed.device),
+                             persistent=True)
         self.target_stack = stack  # frozen, not a parameter
 
     def stack(self, *, pack: bool) -> LlamaStack:
@@ -126,7 +143,8 @@ class DraftHead(nn.Module):
 def _copy(module: nn.Module) -> nn.Linear:
     weight: Any = module.weight
     bias: Any = module.bias
-    out = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, dtype=weight.dtype)
+    out = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, dtype=weight.dtype,
+                    device=weight.device)
     with torch.no_grad():
         out.weight.copy_(weight)
         if bias is not None:
@@ -307,10 +325,16 @@ def load_head(path: str | Path, target: HFModel) -> DraftHead:
     if sharded is not None:
         raise ValueError(f"target: a draft head drafts for a target on one device, got one sharded over "
                          f"{sharded.size} devices (tensor parallelism)")
-    mine = fingerprint(target)
-    if card.get("target_fingerprint") != mine:
-        raise ValueError(f"head: {path} was trained for target {card.get('target_fingerprint')!r}, "
-                         f"got target {mine!r}: a head drafts only for the target it was trained on")
+    half = target.dtype == torch.bfloat16
+    field = "target_fingerprint_bfloat16" if half else "target_fingerprint"
+    if field not in card:
+        raise ValueError(f"head: the card of {path} has no {field} (a head trained before bfloat16 "
+                         f"targets were fingerprinted): load the target in float32, or retrain the head")
+    mine = fingerprint(target, bfloat16=half)
+    if card[field] != mine:
+        raise ValueError(f"head: {path} was trained for target {card[field]!r}, got target {mine!r}"
+                         f"{' (in bfloat16)' if half else ''}: a head drafts only for the target it was "
+                         f"trained on")
     weights = load_file(str(path))
     head = DraftHead(target, vocab=weights["vocab"])
     head.load_state_dict(weights)
