@@ -10,37 +10,35 @@ from specsample_backends.static.backend import ReplayCapture, StaticBackend, eng
 from specsample_backends.torch.dtypes import dtype_option
 from torch import Tensor, nn
 
-__all__ = ["CudaGraphCapture", "create"]
+__all__ = ["create", "record_graph"]
 
 OPTIONS = ("buckets", "dtype", "sync_every", "ks", "prefill_chunk", "device")
 
 
-class CudaGraphCapture(ReplayCapture):
-    """Capture a step module once with `torch.cuda.CUDAGraph`; a call copies its inputs into the
-    recorded buffers and replays (`ReplayCapture`: aliased example inputs get buffers of their
-    own; the engine passes the same buffers each round, so only a prefill chunk is copied in).
-    """
+def record_graph(module: nn.Module, buffers: tuple[Tensor, ...]) -> Callable[[], Any]:
+    """Record `module` over `buffers` as a `torch.cuda.CUDAGraph` (after a warm-up on a side
+    stream, state restored) and return its replayer: the `record` of the cuda backend's
+    `ReplayCapture`, which copies each call's inputs into the buffers (aliased example inputs
+    get buffers of their own; the engine passes the same buffers each round, so only a
+    prefill chunk is copied in)."""
+    def warm_up() -> None:
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # unannotated in torch
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):  # cuBLAS handles, allocator pools: outside the capture
+                module(*buffers)
+        torch.cuda.current_stream().wait_stream(side)
 
-    def record(self, module: nn.Module, buffers: tuple[Tensor, ...]) -> Callable[[], Any]:
-        """Warm up on a side stream (state restored), capture, and return the replayer."""
-        def warm_up() -> None:
-            side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # unannotated in torch
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):  # cuBLAS handles, allocator pools: outside the capture
-                    module(*buffers)
-            torch.cuda.current_stream().wait_stream(side)
+    state_kept(module, warm_up)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = module(*buffers)
 
-        state_kept(module, warm_up)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = module(*buffers)
+    def replay() -> Any:
+        graph.replay()
+        return out
 
-        def replay() -> Any:
-            graph.replay()
-            return out
-
-        return replay
+    return replay
 
 
 def _devices() -> str:
@@ -66,5 +64,5 @@ def create(options: Mapping[str, object]) -> StaticBackend:
     if device.type != "cuda":
         raise ValueError(f"device: expected a CUDA device such as 'cuda:0', got {device}")
     dtype = dtype_option(options.get("dtype", "bfloat16"))
-    return StaticBackend(name="cuda", device=device, dtype=dtype, capture=CudaGraphCapture(),
+    return StaticBackend(name="cuda", device=device, dtype=dtype, capture=ReplayCapture(record=record_graph),
                          options=engine_options(options, OPTIONS))

@@ -77,6 +77,9 @@ class CompileCapture:
         """Nothing to do between rounds."""
 
 
+Recorder = Callable[[nn.Module, tuple[Tensor, ...]], Callable[[], Any]]
+
+
 class ReplayCapture:
     """Graph-replay semantics (CUDA graphs): a step is recorded once over fixed input buffers,
     and each call copies its arguments into those buffers and replays, returning the same
@@ -85,13 +88,23 @@ class ReplayCapture:
     Inputs that share memory in `example` (one tensor passed twice, or two views of one
     storage) get buffers of their own: a replay copies its arguments in turn, so aliased
     buffers would hand the graph the last argument in every aliased place. Arguments that
-    are the buffers themselves are not copied. A subclass says how to record (`record`);
-    this class records eagerly, running the module on the buffers at each call and copying
-    its results into the first call's outputs: the same contract on any device, which is how
-    the CPU tests hold the engine to it.
+    are the buffers themselves are not copied.
+
+    Args:
+        record: (module, buffers) -> a function that replays the module over the buffers and
+            returns its fixed outputs (the cuda backend records a CUDA graph). By default the
+            module runs eagerly at each call, its results copied into the first call's
+            outputs: the same contract on any device, which is how the CPU tests hold the
+            engine to it.
     """
 
     pieces = False
+
+    def __init__(self, record: Recorder | None = None) -> None:
+        if record is not None and not callable(record):
+            raise TypeError(f"record: expected a function (module, buffers) -> replay, got "
+                            f"{type(record).__name__}")
+        self.record: Recorder = record or record_eagerly
 
     def capture(self, module: nn.Module, example: Sequence[Tensor]) -> Callable[..., Any]:
         """The replayer of `module` recorded over its own input buffers."""
@@ -108,22 +121,23 @@ class ReplayCapture:
 
         return replay
 
-    def record(self, module: nn.Module, buffers: tuple[Tensor, ...]) -> Callable[[], Any]:
-        """A function that runs `module` over `buffers` and returns its (fixed) outputs. The
-        first run, which makes the outputs, leaves the module's state as it found it (as a
-        CUDA graph's recording, which runs nothing)."""
-        out = state_kept(module, lambda: module(*buffers))
-
-        def run() -> Any:
-            fresh = module(*buffers)
-            for dst, src in zip(_flat(out), _flat(fresh), strict=True):
-                dst.copy_(src)
-            return out
-
-        return run
-
     def boundary(self) -> None:
         """Nothing to do between rounds."""
+
+
+def record_eagerly(module: nn.Module, buffers: tuple[Tensor, ...]) -> Callable[[], Any]:
+    """A function that runs `module` over `buffers` and returns its (fixed) outputs. The
+    first run, which makes the outputs, leaves the module's state as it found it (as a
+    CUDA graph's recording, which runs nothing)."""
+    out = state_kept(module, lambda: module(*buffers))
+
+    def run() -> Any:
+        fresh = module(*buffers)
+        for dst, src in zip(_flat(out), _flat(fresh), strict=True):
+            dst.copy_(src)
+        return out
+
+    return run
 
 
 def state_kept(module: nn.Module, run: Callable[[], Any]) -> Any:

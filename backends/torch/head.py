@@ -89,12 +89,12 @@ class DraftHead(nn.Module):
         stack, width = target.stack, int(target.stack.embed.shape[1])
         layers: Any = target.module.get_submodule("model.layers")
         last = layers[-1]
-        on = dict(dtype=stack.embed.dtype, device=stack.embed.device)  # the target's, GPU or CPU
-        self.fc = nn.Linear(2 * width, width, bias=True, **on)
+        dtype, device = stack.embed.dtype, stack.embed.device  # the target's, GPU or CPU
+        self.fc = nn.Linear(2 * width, width, bias=True, dtype=dtype, device=device)
         with torch.no_grad():  # start from "the feature of the previous position"
             self.fc.weight.zero_()
             self.fc.bias.zero_()
-            self.fc.weight[:, width:].copy_(torch.eye(width, **on))
+            self.fc.weight[:, width:].copy_(torch.eye(width, dtype=dtype, device=device))
         self.input_norm = nn.Parameter(last.input_layernorm.weight.detach().clone())
         self.post_norm = nn.Parameter(last.post_attention_layernorm.weight.detach().clone())
         modules = (last.self_attn.q_proj, last.self_attn.k_proj, last.self_attn.v_proj,
