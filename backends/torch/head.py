@@ -35,20 +35,23 @@ __all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "fingerprints", "
 SHIPPED = Path(__file__).with_name("heads") / "smollm2-135m-instruct.safetensors"
 
 _LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
-_BOOKKEEPING = ("transformers_version", "architectures", "quantization_config", "dtype", "torch_dtype")
+_BOOKKEEPING = ("transformers_version", "architectures", "quantization_config")
 
 
 def fingerprint(target: HFModel, *, bfloat16: bool = False) -> str:
     """A digest of the target's config and every weight: a head is trained for exactly one.
 
-    The config's bookkeeping (where and how it was loaded, the transformers version, the
-    dtype it was loaded in) is left out: the same weights loaded from a GGUF file or from
-    its converted folder are the same target. With `bfloat16`, each weight enters rounded
-    to bfloat16 (round to nearest even, as a bfloat16 load rounds it): the digest that the
-    same target loaded in bfloat16, whose full-precision weights are gone, also gives.
+    The config's bookkeeping (where and how it was loaded, the transformers version) is
+    left out: the same weights loaded from a GGUF file or from its converted folder are
+    the same target. With `bfloat16`, each weight enters rounded to bfloat16 (round to
+    nearest even, as a bfloat16 load rounds it) and the config's dtype is left out too: the
+    digest that the same target loaded in bfloat16, whose full-precision weights are gone,
+    also gives. (The exact digest keeps the config's dtype, so cards written before the
+    bfloat16 digest existed still match.)
     """
+    skip = _BOOKKEEPING + (("dtype", "torch_dtype") if bfloat16 else ())
     config = {k: v for k, v in hf_config(target.module).to_dict().items()
-              if not k.startswith("_") and k not in _BOOKKEEPING}
+              if not k.startswith("_") and k not in skip}
     h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     for name, tensor in sorted(target.module.state_dict().items()):
         h.update(name.encode())
@@ -328,8 +331,9 @@ def load_head(path: str | Path, target: HFModel) -> DraftHead:
     half = target.dtype == torch.bfloat16
     field = "target_fingerprint_bfloat16" if half else "target_fingerprint"
     if field not in card:
-        raise ValueError(f"head: the card of {path} has no {field} (a head trained before bfloat16 "
-                         f"targets were fingerprinted): load the target in float32, or retrain the head")
+        why = (" (a head trained before bfloat16 targets were fingerprinted): load the target in "
+               "float32, or retrain the head") if half else ""
+        raise ValueError(f"head: the card of {path} has no {field}{why}")
     mine = fingerprint(target, bfloat16=half)
     if card[field] != mine:
         raise ValueError(f"head: {path} was trained for target {card[field]!r}, got target {mine!r}"
