@@ -90,20 +90,26 @@ def compact(row: Any, level: Any, out: Any) -> int:
     return n
 
 
+# The histograms below are all zeros between calls: each pass clears only the buckets its
+# entries reached ([lo, hi]), a few dozen where a clear of all 4096 costs more than the pass.
+
+
 @jit
 def level_of(row: Any, p: float, hist: Any, squares: Any) -> Any:
-    hist[:] = 0.0
-    squares[:] = 0.0
     taken = 0
+    lo, hi = _BUCKETS, -1
     for j in range(0, row.shape[0], _STRIDE):
         x = row[j]
         if x > 0:
             b = bucket(x)
             hist[b] += x
             squares[b] += np.float64(x) * x
+            lo = min(lo, b)
+            hi = max(hi, b)
         taken += 1
+    level = np.float32(0.0)
     mass, square = 0.0, 0.0
-    for b in range(_BUCKETS):
+    for b in range(lo, hi + 1):
         if hist[b] == 0:  # the same test as the bucket below's
             continue
         mass += hist[b]
@@ -111,30 +117,47 @@ def level_of(row: Any, p: float, hist: Any, squares: Any) -> Any:
         # The sampled mass below bucket b's upper edge and its standard error.
         noise = _STRIDE * np.sqrt(max(square * taken - mass * mass, 0.0) / taken)
         if _STRIDE * mass + _MARGIN * noise > 1.0 - p:
-            return np.int32(b << _SHIFT).view(np.float32)
-    return np.float32(0.0)
+            level = np.int32(b << _SHIFT).view(np.float32)
+            break
+    for b in range(lo, hi + 1):
+        hist[b] = 0.0
+        squares[b] = 0.0
+    return level
 
 
 @jit
 def crossing_of(row: Any, level: Any, p: float, candidates: Any, hist: Any, halves: Any) -> Any:
     """The entries >= level into candidates, their mass histogram (in two halves, whose
     sums do not wait on each other), and the bucket where the mass from the top reaches p
-    with the mass above it; -1 where the candidates hold less than p."""
+    with the mass above it; -1 where the candidates hold less than p. Also the range of
+    buckets [lo, hi] the candidates reached: the caller reads the histogram, then clears it."""
     n = compact(row, level, candidates)
-    hist[:] = 0.0
-    halves[:] = 0.0
+    lo, hi = _BUCKETS, -1
     for i in range(0, n - 1, 2):
-        hist[bucket(candidates[i])] += candidates[i]
-        halves[bucket(candidates[i + 1])] += candidates[i + 1]
+        b, c = bucket(candidates[i]), bucket(candidates[i + 1])
+        hist[b] += candidates[i]
+        halves[c] += candidates[i + 1]
+        lo = min(lo, b, c)
+        hi = max(hi, b, c)
     if n % 2:
-        hist[bucket(candidates[n - 1])] += candidates[n - 1]
+        b = bucket(candidates[n - 1])
+        hist[b] += candidates[n - 1]
+        lo = min(lo, b)
+        hi = max(hi, b)
     above = 0.0
-    for b in range(_BUCKETS - 1, -1, -1):
+    for b in range(hi, lo - 1, -1):
         hist[b] += halves[b]
         if above + hist[b] >= p:
-            return n, above, b
+            return n, above, b, lo, hi
         above += hist[b]
-    return n, above, -1
+    return n, above, -1, lo, hi
+
+
+@jit
+def clear(hist: Any, halves: Any, lo: int, hi: int) -> None:
+    for b in range(lo, hi + 1):
+        hist[b] = 0.0
+        halves[b] = 0.0
 
 
 @jit
@@ -149,11 +172,13 @@ def thresholds(rows: Any, p: float, error: float, smallest: Any, zero: bool, out
         proven[r] = False
         out[r] = 0
         level = max(row.dtype.type(level_of(row, p, hist, squares)), smallest)
-        n, above, crossing = crossing_of(row, level, p, candidates, hist, squares)
+        n, above, crossing, lo, hi = crossing_of(row, level, p, candidates, hist, squares)
         if crossing < 0 and level > smallest:  # the sample put the level too high: every positive
+            clear(hist, squares, lo, hi)
             level = smallest
-            n, above, crossing = crossing_of(row, level, p, candidates, hist, squares)
+            n, above, crossing, lo, hi = crossing_of(row, level, p, candidates, hist, squares)
         if crossing < 0:  # the positive entries hold less than p: not decided here
+            clear(hist, squares, lo, hi)
             continue
         members = np.empty(n, rows.dtype)
         m = 0
@@ -178,8 +203,9 @@ def thresholds(rows: Any, p: float, error: float, smallest: Any, zero: bool, out
         # The row's mass is at most the candidates' plus the others', each below the level.
         # (crossing_of merged the halves of the buckets from the top down to the crossing).
         mass = above + hist[crossing]
-        for b in range(crossing):
+        for b in range(lo, crossing):
             mass += hist[b] + squares[b]
+        clear(hist, squares, lo, hi)
         bound = error * (mass + (vocab - n) * np.float64(level))
         out[r] = v
         proven[r] = (strict + bound < p) and (at_least - bound >= p)
@@ -198,3 +224,5 @@ def zero(rows: Any, floor: Any) -> None:
         for j in range(vocab):  # a select and a store each: vectorised
             x = row[j]
             row[j] = x if x >= f else 0.0
+
+

@@ -30,6 +30,9 @@ _MARGIN = 4.0
 # Entries of the widest vector `specsample._compiled.packed` packs (16 float32 in 64 bytes).
 _LANES = 16
 
+# The smallest positive value of each dtype (`np.finfo` is slow to ask on every call).
+_SMALLEST = {dtype: dtype(np.finfo(dtype).smallest_subnormal) for dtype in (np.float32, np.float64)}
+
 _compiled: dict[str, Any] | None = None
 _failed = False
 # Tests switch the kernels off to exercise the NumPy and torch paths.
@@ -82,8 +85,7 @@ def top_p_rows(rows: np.ndarray, top_p: float, error: float, *,
                          f"{rows.dtype} of shape {rows.shape}")
     threshold = np.zeros(rows.shape[0], dtype=rows.dtype)
     proven = np.zeros(rows.shape[0], dtype=np.bool_)
-    # The level's floor: every positive entry.
-    smallest = rows.dtype.type(np.finfo(rows.dtype).smallest_subnormal)
+    smallest = _SMALLEST[rows.dtype.type]  # the level's floor: every positive entry
     kernels["thresholds"](rows, float(top_p), float(error), smallest, bool(zero), threshold, proven)
     return threshold, proven
 

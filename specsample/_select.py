@@ -146,11 +146,13 @@ def zero_outside_top_p(probs: Array, top_p: float) -> bool:
             return False
     elif not probs.flags.c_contiguous:
         return False
-    rows = namespace(probs).reshape(probs, (-1, vocab))  # a view: the writes land in probs
+    rows = probs.reshape(-1, vocab)  # a view (contiguous): the writes land in probs
     host = _host(rows)
     if host is None:
         return False
     found, zeroed = _host_threshold(rows, host, top_p, zero=True)
+    if zeroed.all():
+        return True
     for r in np.flatnonzero(~zeroed).tolist():  # the rows the proof left, decided another way
         host[r] = np.where(host[r] >= found[r], host[r], 0.0)
     return True
@@ -316,10 +318,15 @@ def _roundoff(x: Array) -> tuple[float, float]:
     torch on CPU accumulates float32 and float64 cumulative sums in float64 (checked by the
     tests); NumPy, and torch elsewhere, accumulate in the array's own dtype.
     """
-    out = float(namespace(x).finfo(x.dtype).eps) / 2
-    if array_api_compat.is_torch_array(x) and x.device.type == "cpu":
-        return 2.0**-53, out
-    return out, out
+    torch_cpu = array_api_compat.is_torch_array(x) and x.device.type == "cpu"
+    name = str(x.dtype).removeprefix("torch.")
+    out = _HALF_EPS.get(name)  # every top-p warp asks: a lookup, not a namespace's finfo
+    if out is None:
+        out = float(namespace(x).finfo(x.dtype).eps) / 2
+    return (2.0**-53 if torch_cpu else out), out
+
+
+_HALF_EPS = {"float32": 2.0**-24, "float64": 2.0**-53}
 
 
 def _bincount(keys: Array, weights: Array | None, length: int) -> Array:

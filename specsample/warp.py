@@ -45,12 +45,11 @@ def _minus(xp: Any, x: Array, y: Array, in_place: bool) -> Array:
 
 
 def _renormalise(xp: Any, probs: Array) -> Array:
-    total = xp.sum(probs, axis=-1, keepdims=True)
     if _owned(probs):
         if array_api_compat.is_torch_array(probs):
-            return probs.div_(total)
-        return np.divide(probs, total, out=probs)
-    return probs / total
+            return probs.div_(probs.sum(dim=-1, keepdim=True))
+        return np.divide(probs, probs.sum(axis=-1, keepdims=True), out=probs)
+    return probs / xp.sum(probs, axis=-1, keepdims=True)
 
 
 def _eager_torch_cpu(x: Array) -> bool:
