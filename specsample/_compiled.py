@@ -14,7 +14,7 @@ from numba import njit, types
 from numba.core import cgutils as _cgutils
 from numba.extending import intrinsic
 
-from specsample._kernels import _BUCKETS, _LANES, _MARGIN, _SHIFT, _STRIDE
+from specsample._kernels import _BUCKETS, _MARGIN, _SHIFT, _STRIDE
 
 jit = njit(cache=True, nogil=True, boundscheck=False)
 cgutils: Any = _cgutils  # untyped
@@ -162,11 +162,8 @@ def clear(hist: Any, halves: Any, lo: int, hi: int) -> None:
 
 @jit
 def thresholds(rows: Any, p: float, error: float, smallest: Any, zero: bool, out: Any,
-               proven: Any) -> None:
+               proven: Any, hist: Any, squares: Any, candidates: Any) -> None:
     count, vocab = rows.shape
-    hist = np.zeros(_BUCKETS, np.float64)
-    squares = np.zeros(_BUCKETS, np.float64)
-    candidates = np.empty(vocab + _LANES, rows.dtype)
     for r in range(count):
         row = rows[r]
         proven[r] = False
@@ -182,10 +179,10 @@ def thresholds(rows: Any, p: float, error: float, smallest: Any, zero: bool, out
             continue
         members = np.empty(n, rows.dtype)
         m = 0
-        for i in range(n):
-            if bucket(candidates[i]) == crossing:
-                members[m] = candidates[i]
-                m += 1
+        for i in range(n):  # branch-free: every entry written, the next slot past the members
+            x = candidates[i]
+            members[m] = x
+            m += bucket(x) == crossing
         ranked = np.sort(members[:m])[::-1]
         prior, kept = 0.0, 0
         for i in range(m):  # the sort's rule on exact sums: keep while the mass before < p
@@ -226,3 +223,125 @@ def zero(rows: Any, floor: Any) -> None:
             row[j] = x if x >= f else 0.0
 
 
+
+@jit
+def kth_largest_of(x: Any, n: int, k: int, heap: Any) -> Any:
+    """The k-th largest of x[:n] (1 <= k <= n; no NaN), ties counted: a min-heap of the k
+    largest seen, whose root is replaced by each larger entry. On shuffled rows only about
+    k ln(n / k) entries enter it, so the cost is about n comparisons."""
+    for i in range(k):  # heapify the first k (sift each up)
+        heap[i] = x[i]
+        j = i
+        while j > 0:
+            parent = (j - 1) >> 1
+            if heap[parent] <= heap[j]:
+                break
+            heap[parent], heap[j] = heap[j], heap[parent]
+            j = parent
+    for i in range(k, n):
+        v = x[i]
+        if v <= heap[0]:
+            continue
+        j = 0  # sift v down from the root
+        while True:
+            child = 2 * j + 1
+            if child >= k:
+                break
+            if child + 1 < k and heap[child + 1] < heap[child]:
+                child += 1
+            if heap[child] >= v:
+                break
+            heap[j] = heap[child]
+            j = child
+        heap[j] = v
+    return heap[0]
+
+
+@jit
+def top_k_candidates(rows: Any, maxima: Any, k: int, temperature: Any) -> Any:
+    """The candidate stage of the grouped top-k warp for rows [R, V] and their group maxima
+    [R, G] (V = G * group; torch's amax, NaN propagated).
+
+    Per row: the scaled maxima (m / temperature, in the rows' dtype: the correctly rounded
+    division torch's is), the row's peak, the groups whose scaled maximum reaches the k-th
+    largest of them, their scaled entries (`scaled` [R, W], -inf past the row's own) with
+    their indices into the flattened rows (`flat`, -1 past), and the k-th largest of those.
+    Returns (scaled, flat, peak [R], kth [R], ok); ok is False where a row is not for this
+    path: a NaN or +inf scaled maximum, a row of -inf, fewer than k groups picked or more
+    than a quarter of them (the caller takes the full path, which checks and words it).
+    """
+    count, vocab = rows.shape
+    groups = maxima.shape[1]
+    group = vocab // groups
+    scaled_maxima = np.empty(groups, rows.dtype)
+    picked = np.empty((count, groups), np.int64)
+    sizes = np.zeros(count, np.int64)
+    peak = np.empty(count, rows.dtype)
+    kth = np.empty(count, rows.dtype)
+    heap = np.empty(max(k, 1), rows.dtype)
+    divide = temperature != 1
+    for r in range(count):
+        if divide:
+            for g in range(groups):
+                scaled_maxima[g] = maxima[r, g] / temperature
+        else:
+            for g in range(groups):
+                scaled_maxima[g] = maxima[r, g]
+        top = scaled_maxima[0]
+        bad = False
+        for g in range(groups):
+            m = scaled_maxima[g]
+            bad |= (m != m) | (m == np.inf)
+            top = max(top, m)
+        if bad or top == -np.inf:
+            return np.empty((0, 0), rows.dtype), np.empty((0, 0), np.int64), peak, kth, False
+        peak[r] = top
+        level = kth_largest_of(scaled_maxima, groups, k, heap)
+        n = 0
+        for g in range(groups):
+            if scaled_maxima[g] >= level:
+                picked[r, n] = g
+                n += 1
+        if n < k or 4 * n > groups:
+            return np.empty((0, 0), rows.dtype), np.empty((0, 0), np.int64), peak, kth, False
+        sizes[r] = n
+    width = sizes.max() * group
+    scaled = np.full((count, width), -np.inf, rows.dtype)
+    flat = np.full((count, width), -1, np.int64)
+    for r in range(count):
+        row = rows[r]
+        for i in range(sizes[r]):
+            start = picked[r, i] * group
+            if divide:
+                for j in range(group):
+                    scaled[r, i * group + j] = row[start + j] / temperature
+            else:
+                for j in range(group):
+                    scaled[r, i * group + j] = row[start + j]
+            for j in range(group):
+                flat[r, i * group + j] = r * vocab + start + j
+        kth[r] = kth_largest_of(scaled[r], sizes[r] * group, k, heap)
+    return scaled, flat, peak, kth, True
+
+
+@jit
+def scatter_kept(out: Any, values: Any, scaled: Any, kth: Any, flat: Any) -> None:
+    """out.flat[flat[r, i]] = values[r, i] where scaled[r, i] >= kth[r] (else 0), for the
+    real slots (flat >= 0): the top-k entries written into a zeroed output."""
+    for r in range(flat.shape[0]):
+        for i in range(flat.shape[1]):
+            at = flat[r, i]
+            if at >= 0:
+                out[at] = values[r, i] if scaled[r, i] >= kth[r] else 0.0
+
+
+@jit
+def divide_kept(out: Any, flat: Any, total: Any) -> None:
+    """out.flat[flat[r, i]] /= total[r] for the real slots: the normalisation of the kept
+    entries (every other entry is 0), correctly rounded as NumPy's and torch's division."""
+    for r in range(flat.shape[0]):
+        t = total[r]
+        for i in range(flat.shape[1]):
+            at = flat[r, i]
+            if at >= 0:
+                out[at] = out[at] / t

@@ -139,7 +139,8 @@ def zero_outside_top_p(probs: Array, top_p: float) -> bool:
     if not _kernels.available() or not _layout(probs) or probs.ndim == 0:
         return False
     vocab = int(probs.shape[-1])
-    if vocab < _SORTED_BELOW or _error(1.0, vocab, _roundoff(probs)) > _COMPILED_ERROR:
+    error = _error(1.0, vocab, _roundoff(probs))
+    if vocab < _SORTED_BELOW or error > _COMPILED_ERROR:
         return False
     if array_api_compat.is_torch_array(probs):
         if probs.device.type != "cpu" or not probs.is_contiguous() or _recorded(probs):
@@ -150,7 +151,7 @@ def zero_outside_top_p(probs: Array, top_p: float) -> bool:
     host = _host(rows)
     if host is None:
         return False
-    found, zeroed = _host_threshold(rows, host, top_p, zero=True)
+    found, zeroed = _host_threshold(rows, host, top_p, zero=True, error=error)
     if zeroed.all():
         return True
     for r in np.flatnonzero(~zeroed).tolist():  # the rows the proof left, decided another way
@@ -164,15 +165,17 @@ def zero_outside_top_p(probs: Array, top_p: float) -> bool:
 _COMPILED_ERROR = 1e-6
 
 
-def _host_threshold(rows: Array, host: np.ndarray, top_p: float, *,
-                    zero: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def _host_threshold(rows: Array, host: np.ndarray, top_p: float, *, zero: bool = False,
+                    error: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The sort's threshold of each host row [R], and which rows the compiled pass zeroed
     below theirs (with `zero`): the compiled pass where it runs, then the candidates', then
-    the histogram's or the sort's for the rows left unproven."""
+    the histogram's or the sort's for the rows left unproven. `error`: `_error(1.0, V,
+    _roundoff(rows))` where the caller has it."""
     count, vocab = host.shape
-    error = _error(1.0, vocab, _roundoff(rows))
+    if error is None:
+        error = _error(1.0, vocab, _roundoff(rows))
     if _kernels.available() and error <= _COMPILED_ERROR:
-        p = float(np.asarray(top_p, dtype=host.dtype))  # the sort compares in rows' dtype
+        p = float(host.dtype.type(top_p))  # the sort compares in rows' dtype
         found, proven = _kernels.top_p_rows(host, p, error, zero=zero)
         zeroed = proven if zero else np.zeros(count, dtype=bool)
     else:

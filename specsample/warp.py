@@ -46,7 +46,7 @@ def _minus(xp: Any, x: Array, y: Array, in_place: bool) -> Array:
 
 def _renormalise(xp: Any, probs: Array) -> Array:
     if _owned(probs):
-        if array_api_compat.is_torch_array(probs):
+        if array_api_compat.is_torch_array(probs):  # torch's own calls: the wrapper's cost is a pass's
             return probs.div_(probs.sum(dim=-1, keepdim=True))
         return np.divide(probs, probs.sum(axis=-1, keepdims=True), out=probs)
     return probs / xp.sum(probs, axis=-1, keepdims=True)
@@ -160,6 +160,8 @@ def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
     count, groups = int(rows.shape[0]), vocab // GROUP
     if count == 0:
         return None
+    if _kernels.available():
+        return _top_k_compiled(logits, rows, k, temperature)
     maxima = rows.unflatten(-1, (groups, GROUP)).amax(dim=-1)  # [R, G]
     # max(x / t) == max(x) / t: rounding is monotone, so each group's largest logit scales to
     # its largest scaled one. The groups are chosen on the scaled maxima: scaling may merge a
@@ -210,6 +212,27 @@ def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
     return out
 
 
+def _top_k_compiled(logits: Any, rows: Any, k: int, temperature: float) -> Any:
+    """`_top_k_groups` with its selections in one compiled call (`_kernels.top_k_candidates`:
+    the same maxima, level, picked groups and k-th largest, where NumPy's calls each cost tens
+    of microseconds); exp and the row sums stay in torch. None where that call declines a
+    row (NaN, +inf, a row of -inf, wide ties): the full path then checks and warps."""
+    import torch
+
+    maxima = rows.unflatten(-1, (int(rows.shape[1]) // GROUP, GROUP)).amax(dim=-1)  # [R, G]
+    found = _kernels.top_k_candidates(rows.numpy(), maxima.numpy(), k, temperature)
+    if found is None:
+        return None
+    scaled, flat, peak, kth = found
+    count, vocab = int(rows.shape[0]), int(rows.shape[1])
+    values = _exp(torch, torch.from_numpy(scaled) - torch.from_numpy(peak)[:, None]).numpy()
+    out = torch.zeros_like(logits)
+    # The full path's normaliser: torch's sum over the whole row, zeros included.
+    _kernels.top_k_write(out.view(-1).numpy(), values, scaled, kth, flat,
+                         lambda: out.view(count, vocab).sum(dim=-1).numpy())
+    return out
+
+
 def _check_peak(logits: Array, peak: Array, temperature: float) -> None:
     """Raise unless every row maximum of logits / temperature is finite: one small check
     on the row maxima that the warp computes anyway (NaN propagates through them)."""
@@ -238,7 +261,9 @@ def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
 
     Returns:
         probs [..., V] of the same dtype, normalised; masked entries are exactly 0.
-        Temperature 0 gives a one-hot at the argmax (ties: the lowest index).
+        Temperature 0 gives a one-hot at the argmax (ties: the lowest index). On torch
+        arrays without top-k the probabilities before top-p and min-p are torch's own
+        `softmax(logits / temperature)`; elsewhere exp(x - max) over its sum.
     """
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params: expected SamplingParams, got {type(params).__name__}")
@@ -255,18 +280,48 @@ def warp(logits: Array, params: SamplingParams, *, check: bool = True) -> Array:
         if fast is not None:
             return _top_p_min_p(xp, fast, params)
     scaled = logits if params.temperature == 1 else logits / params.temperature  # x / 1 == x
+    top_k = params.top_k if params.top_k is not None and params.top_k < vocab else None
+    if top_k is None and array_api_compat.is_torch_array(logits):
+        return _top_p_min_p(xp, _softmax(logits, scaled, params.temperature, check), params)
     # max(x / t) == max(x) / t: rounding is monotone, so the largest logit scales to the largest.
     peak = xp.max(scaled, axis=-1, keepdims=True)
     if check:
         _check_peak(logits, peak, params.temperature)
     # The row maximum always survives top-k. Masking after exp gives the same zeros as exp(-inf)
     # and spares exp the -inf entries, its slow path.
-    top_k = params.top_k if params.top_k is not None and params.top_k < vocab else None
     # A scaled copy that top-k does not read again is shifted in place: no new array.
     shifted = _exp(xp, _minus(xp, scaled, peak, scaled is not logits and top_k is None))
     if top_k is not None:
         shifted = _keep(xp, shifted, scaled, kth_largest(scaled, top_k))
     return _top_p_min_p(xp, _renormalise(xp, shifted), params)
+
+
+def _softmax(logits: Array, scaled: Array, temperature: float, check: bool) -> Array:
+    """softmax(scaled) over the last axis by torch's fused kernel: one call where the
+    separate maximum, shift, exp, sum and division cost five passes and five calls, and the
+    probabilities torch users compute. Masked (-inf) entries come out exactly 0.
+
+    The check reads one entry per row: the kernel divides exp(x - max) by its row sum, and a
+    row with a NaN, a +inf (or an entry that the temperature scaled to +inf) or no finite
+    entry has a NaN in that sum (NaN - max, inf - inf or -inf + inf), which makes every
+    entry of the row NaN; a finite row maximum makes every entry finite (exp(x - max) <= 1
+    and the sum >= 1). `tests/test_warp.py` holds torch to this for each position.
+    """
+    import torch
+
+    probs = torch.softmax(scaled, dim=-1)
+    if not check:
+        return probs
+    if _eager_torch_cpu(probs):  # NumPy's test of a few values costs a fraction of torch's
+        host = probs.detach().numpy()
+        finite = bool(np.isfinite(host.reshape(-1, host.shape[-1])[:, 0]).all())
+    else:
+        finite = bool(probs[..., 0].isfinite().all())
+    if not finite:
+        _check_peak(logits, torch.amax(scaled, dim=-1, keepdim=True), temperature)
+        raise ValueError("logits: the softmax of logits / params.temperature is not finite; expected "
+                         "finite logits (or -inf for masked tokens)")
+    return probs
 
 
 def _first_argmax(xp: Any, logits: Array) -> Array:

@@ -1,6 +1,8 @@
 """The compiled top-p pass: every threshold it proves is the full sort's, the rows it zeroes
 are `where`'s bit for bit, its vector compaction keeps what a mask keeps, and a loose
-rounding bound (the negative control) lets wrong thresholds through."""
+rounding bound (the negative control) lets wrong thresholds through. The compiled top-k
+stage: its k-th largest is NumPy's partition's, it picks the groups and candidates the NumPy
+path picks, and declines the rows that path declines."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from specsample import _kernels, _select
+from specsample import _compiled, _kernels, _select
+from specsample.params import SamplingParams
+from specsample.warp import warp
 
 
 def _probs(seed: int, rows: int, vocab: int, spread: float, dtype: str, masked: float = 0.0) -> np.ndarray:
@@ -131,3 +135,76 @@ def test_switched_off_the_callers_take_their_other_paths(monkeypatch: pytest.Mon
     monkeypatch.setattr(_kernels, "enabled", False)
     assert not _select.zero_outside_top_p(probs.clone(), 0.9)
     assert torch.equal(_select.top_p_threshold(probs, 0.9), with_kernels)
+
+
+def test_the_heap_selection_is_partitions_kth_largest() -> None:
+    # Ties (rounded values), -inf entries, sorted and reversed rows (the heap's worst case),
+    # k from 1 to n; a negative control: the (k+1)-th largest differs on distinct values.
+    rng = np.random.default_rng(0)
+    for trial in range(3000):
+        n = int(rng.integers(1, 400))
+        k = int(rng.integers(1, n + 1))
+        x = rng.normal(size=n).astype(np.float32 if trial % 2 else np.float64)
+        if trial % 3 == 0:
+            x = np.round(x, 1)
+        if trial % 5 == 0:
+            x[rng.random(n) < 0.3] = -np.inf
+        if trial % 7 == 0:
+            x = np.sort(x)[::-1].copy() if trial % 2 else np.sort(x)
+        heap = np.empty(k, x.dtype)
+        assert _compiled.kth_largest_of(x, n, k, heap) == np.partition(x, n - k)[n - k]
+    distinct = rng.permutation(50).astype(np.float64)
+    assert _compiled.kth_largest_of(distinct, 50, 5, np.empty(5)) == 45.0
+    assert _compiled.kth_largest_of(distinct, 50, 6, np.empty(6)) != 45.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_compiled_top_k_stage_gives_the_numpy_paths_bits(dtype: torch.dtype,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # Uneven rows (one row's maxima tie across many groups), temperatures that merge values,
+    # k at the edge of the grouped path (V / 128): the warp with the stage and without it.
+    rng = np.random.default_rng(3)
+    logits = torch.from_numpy(rng.normal(size=(2, 3, 8192)) * 3).to(dtype)
+    logits[0, 1] = -logits[0, 1].abs()
+    logits[0, 1, 64 * np.arange(60)] = 5.0  # 60 groups tie at the top: a wider row, the others padded
+    logits[1, 2] = torch.round(logits[1, 2] * 2) / 2  # many ties inside groups
+    for params in (SamplingParams(top_k=1), SamplingParams(top_k=50, temperature=0.7),
+                   SamplingParams(top_k=64, temperature=1.3, top_p=0.9), SamplingParams(top_k=17, min_p=0.1)):
+        with_stage = warp(logits, params)
+        monkeypatch.setattr(_kernels, "enabled", False)
+        without = warp(logits, params)
+        monkeypatch.setattr(_kernels, "enabled", True)
+        assert torch.equal(with_stage, without), params
+
+
+def test_the_compiled_top_k_stage_declines_what_the_numpy_path_declines() -> None:
+    rows = np.random.default_rng(4).normal(size=(3, 4096)).astype(np.float32)
+    maxima = lambda r: r.reshape(r.shape[0], -1, 32).max(-1)  # noqa: E731
+    assert _kernels.top_k_candidates(rows, maxima(rows), 8, 0.7) is not None
+    for bad in (np.nan, np.inf):
+        broken = rows.copy()
+        broken[1, 100] = bad
+        assert _kernels.top_k_candidates(broken, maxima(broken), 8, 0.7) is None
+    masked = rows.copy()
+    masked[2] = -np.inf
+    assert _kernels.top_k_candidates(masked, maxima(masked), 8, 1.0) is None
+    flat = np.zeros((1, 4096), np.float32)  # every group ties: more than a quarter picked
+    assert _kernels.top_k_candidates(flat, maxima(flat), 8, 1.0) is None
+    overflow = np.full((1, 4096), 3e38, np.float32)  # finite logits, scaled to +inf
+    assert _kernels.top_k_candidates(overflow, maxima(overflow), 8, 0.5) is None
+    with pytest.raises(ValueError, match="rows, maxima, k"):
+        _kernels.top_k_candidates(rows, maxima(rows), 33, 1.0)  # k > G / 4
+
+
+def test_the_scratch_arrays_come_back_clear() -> None:
+    # The pass keeps each thread's histograms between calls and clears only what it wrote:
+    # after calls on varied rows they are zeros again, and a later call gives the same bits.
+    rows = torch.from_numpy(_probs(8, 6, 49152, 3.0, "float32"))
+    first = _kernels.top_p_rows(rows.numpy().copy(), float(np.float32(0.9)), _bound(rows))
+    for seed, spread in enumerate([0.5, 6.0, 12.0]):
+        other = _probs(seed, 4, 49152, spread, "float32", 0.9)
+        _kernels.top_p_rows(other, float(np.float32(0.5)), 1e-9, zero=True)
+    hist, squares, _ = _kernels._scratch(49152, np.dtype(np.float32))
+    assert not hist.any() and not squares.any()
+    again = _kernels.top_p_rows(rows.numpy().copy(), float(np.float32(0.9)), _bound(rows))
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))

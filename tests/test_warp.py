@@ -136,7 +136,11 @@ def _sorted_warp(logits, params):  # type: ignore[no-untyped-def]
     if params.top_k is not None and params.top_k < vocab:
         kth = xp.sort(scaled, axis=-1, descending=True)[..., params.top_k - 1 : params.top_k]
         scaled = xp.where(scaled >= kth, scaled, -xp.inf)
-    probs = renormalise(xp.exp(scaled - xp.max(scaled, axis=-1, keepdims=True)))
+        probs = renormalise(xp.exp(scaled - xp.max(scaled, axis=-1, keepdims=True)))
+    elif isinstance(scaled, torch.Tensor):  # torch's fused softmax, as `warp` computes it on torch CPU
+        probs = torch.softmax(scaled, dim=-1)
+    else:
+        probs = renormalise(xp.exp(scaled - xp.max(scaled, axis=-1, keepdims=True)))
     if params.top_p is not None and params.top_p < 1:
         ranked = xp.sort(probs, axis=-1, descending=True)
         before = xp.cumulative_sum(ranked, axis=-1) - ranked
@@ -370,6 +374,33 @@ def test_a_temperature_that_overflows_the_logits_is_named() -> None:
         warp(torch.tensor([[1.0, 3e38]]), SamplingParams(temperature=0.5))
     with pytest.raises(ValueError, match="NaN"):
         warp(torch.tensor([[1.0, float("nan")]]), SamplingParams(temperature=0.5))
+
+
+# `warp`'s torch path without top-k reads one probability per row to find a bad row: the
+# fused softmax must turn a NaN, a +inf or a row of -inf anywhere (first, middle, last entry,
+# across vector-width tails) into a NaN in that row's first entry.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("vocab", [1, 2, 17, 4099, 49152])
+def test_the_softmax_path_names_a_bad_entry_wherever_it_lies(dtype: torch.dtype, vocab: int) -> None:
+    base = torch.from_numpy(np.random.default_rng(vocab).normal(size=(3, vocab))).to(dtype)
+    for params in (SamplingParams(), SamplingParams(temperature=0.5), SamplingParams(top_p=0.9)):
+        for at in sorted({0, vocab // 2, vocab - 1}):
+            for bad, match in ((float("nan"), "NaN"), (float("inf"), r"\+inf")):
+                logits = base.clone()
+                logits[1, at] = bad
+                with pytest.raises(ValueError, match=match):
+                    warp(logits, params)
+        masked = base.clone()
+        masked[2] = -float("inf")
+        with pytest.raises(ValueError, match="at least one finite logit"):
+            warp(masked, params)
+        assert bool(torch.isnan(torch.softmax(masked, dim=-1)[2]).all())  # what the check reads
+    # The masked entries of good rows are exactly 0, and the path is torch's softmax.
+    logits = base.clone()
+    logits[:, ::2] = -float("inf")
+    logits[:, -1] = 0.0
+    out = warp(logits, SamplingParams(temperature=0.5))
+    assert bool((out[:, :-1:2] == 0).all()) and torch.equal(out, torch.softmax(logits / 0.5, dim=-1))
 
 
 def test_warp_under_autograd_gives_gradients() -> None:

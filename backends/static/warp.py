@@ -40,6 +40,13 @@ def _renormalise(probs: Tensor) -> Tensor:
     return probs / probs.sum(dim=-1, keepdim=True)
 
 
+def _probs(scaled: Tensor, kept: Tensor, knob: Tensor) -> Tensor:
+    """`warp`'s probabilities before top-p: torch's softmax of the scaled logits where top-k
+    is off, exp(kept - max) over its sum where it is on (kept: -inf outside the top k)."""
+    filtered = _renormalise(torch.exp(kept - kept.amax(dim=-1, keepdim=True)))
+    return torch.where(knob[1] < scaled.shape[-1], filtered, torch.softmax(scaled, dim=-1))
+
+
 def warp_tensor(logits: Tensor, knob: Tensor) -> Tensor:
     """`warp(logits, params)` for `knob = knobs(params, V)`, with no branch on values.
 
@@ -76,8 +83,8 @@ def warp_tensor(logits: Tensor, knob: Tensor) -> Tensor:
 
 
 def _softmax(scaled: Tensor, knob: Tensor) -> Tensor:
-    """`_top_k_top_p` when neither is on (top_k = V, top_p = 1): the same operations."""
-    return _renormalise(torch.exp(scaled - scaled.amax(dim=-1, keepdim=True)))
+    """`_top_k_top_p` when neither is on (top_k = V, top_p = 1): torch's softmax, as `warp`."""
+    return torch.softmax(scaled, dim=-1)
 
 
 def _top_k_top_p(scaled: Tensor, knob: Tensor) -> Tensor:
@@ -86,8 +93,7 @@ def _top_k_top_p(scaled: Tensor, knob: Tensor) -> Tensor:
     ranked, order = scaled.sort(dim=-1, descending=True)  # [..., V]
     rank = (knob[1].long().clamp(1, vocab) - 1).expand(*ranked.shape[:-1], 1)
     kth = ranked.gather(-1, rank)  # [..., 1]: the k-th largest scaled logit
-    scaled = torch.where(scaled >= kth, scaled, float("-inf"))
-    probs = _renormalise(torch.exp(scaled - scaled.amax(dim=-1, keepdim=True)))
+    probs = _probs(scaled, torch.where(scaled >= kth, scaled, float("-inf")), knob)
     # top-p over the same order (exact values gathered, so the threshold is an entry).
     by_rank = probs.gather(-1, order)  # [..., V], non-increasing
     before = by_rank.cumsum(dim=-1) - by_rank
@@ -106,7 +112,7 @@ def _selected(scaled: Tensor, knob: Tensor) -> Tensor:
     kth = top.gather(-1, (k.clamp(max=cap) - 1).expand(*top.shape[:-1], 1))
     kth = torch.where(k < vocab, kth, float("-inf"))  # top-k off: keep every value, as the sort does
     kept = torch.where(scaled >= kth, scaled, float("-inf"))
-    probs = _renormalise(torch.exp(kept - kept.amax(dim=-1, keepdim=True)))
+    probs = _probs(scaled, kept, knob)
     threshold, proven = _nucleus(probs, top_p, cap)
     decided = ((k <= cap) | (k >= vocab)) & ((top_p >= 1) | proven.all())
     out: Tensor = torch.cond(decided, _apply_threshold, _sorted, (scaled, knob, probs, threshold))
