@@ -95,6 +95,13 @@ def compact(row: Any, level: Any, out: Any) -> int:
 
 
 @jit
+def clear(hist: Any, halves: Any, lo: int, hi: int) -> None:
+    for b in range(lo, hi + 1):
+        hist[b] = 0.0
+        halves[b] = 0.0
+
+
+@jit
 def level_of(row: Any, p: float, hist: Any, squares: Any) -> Any:
     taken = 0
     lo, hi = _BUCKETS, -1
@@ -119,9 +126,7 @@ def level_of(row: Any, p: float, hist: Any, squares: Any) -> Any:
         if _STRIDE * mass + _MARGIN * noise > 1.0 - p:
             level = np.int32(b << _SHIFT).view(np.float32)
             break
-    for b in range(lo, hi + 1):
-        hist[b] = 0.0
-        squares[b] = 0.0
+    clear(hist, squares, lo, hi)
     return level
 
 
@@ -151,13 +156,6 @@ def crossing_of(row: Any, level: Any, p: float, candidates: Any, hist: Any, halv
             return n, above, b, lo, hi
         above += hist[b]
     return n, above, -1, lo, hi
-
-
-@jit
-def clear(hist: Any, halves: Any, lo: int, hi: int) -> None:
-    for b in range(lo, hi + 1):
-        hist[b] = 0.0
-        halves[b] = 0.0
 
 
 @jit
@@ -221,7 +219,6 @@ def zero(rows: Any, floor: Any) -> None:
         for j in range(vocab):  # a select and a store each: vectorised
             x = row[j]
             row[j] = x if x >= f else 0.0
-
 
 
 @jit

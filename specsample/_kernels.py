@@ -36,6 +36,9 @@ _LANES = 16
 _SMALLEST = {dtype: dtype(np.finfo(dtype).smallest_subnormal) for dtype in (np.float32, np.float64)}
 
 _compiled: dict[str, Any] | None = None
+_failed = False
+# Tests switch the kernels off to exercise the NumPy and torch paths.
+enabled = True
 # Each thread's working arrays for `top_p_rows`, kept between calls: the histograms (all
 # zeros between calls; the pass clears what it wrote) and room for a row's candidates,
 # whose fresh allocation (a row of a real vocabulary: past malloc's mmap threshold) costs
@@ -52,9 +55,6 @@ def _scratch(vocab: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.nd
         arrays = kept[dtype] = (np.zeros(_BUCKETS, np.float64), np.zeros(_BUCKETS, np.float64),
                                 np.empty(vocab + _LANES, dtype))
     return arrays
-_failed = False
-# Tests switch the kernels off to exercise the NumPy and torch paths.
-enabled = True
 
 
 def available() -> bool:
