@@ -46,7 +46,8 @@ def _minus(xp: Any, x: Array, y: Array, in_place: bool) -> Array:
 
 def _renormalise(xp: Any, probs: Array) -> Array:
     if _owned(probs):
-        if array_api_compat.is_torch_array(probs):  # torch's own calls: the wrapper's cost is a pass's
+        # The arrays' own sum methods: the namespace's wrapper adds a call on every warp.
+        if array_api_compat.is_torch_array(probs):
             return probs.div_(probs.sum(dim=-1, keepdim=True))
         return np.divide(probs, probs.sum(axis=-1, keepdims=True), out=probs)
     return probs / xp.sum(probs, axis=-1, keepdims=True)
@@ -160,9 +161,9 @@ def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
     count, groups = int(rows.shape[0]), vocab // GROUP
     if count == 0:
         return None
-    if _kernels.available():
-        return _top_k_compiled(logits, rows, k, temperature)
     maxima = rows.unflatten(-1, (groups, GROUP)).amax(dim=-1)  # [R, G]
+    if _kernels.available():
+        return _top_k_compiled(logits, rows, maxima, k, temperature)
     # max(x / t) == max(x) / t: rounding is monotone, so each group's largest logit scales to
     # its largest scaled one. The groups are chosen on the scaled maxima: scaling may merge a
     # logit just below the k-th largest with it, and the full path keeps both.
@@ -212,14 +213,13 @@ def _top_k_groups(logits: Any, params: SamplingParams, check: bool) -> Any:
     return out
 
 
-def _top_k_compiled(logits: Any, rows: Any, k: int, temperature: float) -> Any:
+def _top_k_compiled(logits: Any, rows: Any, maxima: Any, k: int, temperature: float) -> Any:
     """`_top_k_groups` with its selections in one compiled call (`_kernels.top_k_candidates`:
     the same maxima, level, picked groups and k-th largest, where NumPy's calls each cost tens
     of microseconds); exp and the row sums stay in torch. None where that call declines a
     row (NaN, +inf, a row of -inf, wide ties): the full path then checks and warps."""
     import torch
 
-    maxima = rows.unflatten(-1, (int(rows.shape[1]) // GROUP, GROUP)).amax(dim=-1)  # [R, G]
     found = _kernels.top_k_candidates(rows.numpy(), maxima.numpy(), k, temperature)
     if found is None:
         return None
