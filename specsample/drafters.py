@@ -9,7 +9,7 @@ import array_api_compat
 from specsample._array import Array, check_int, check_shape, device, host_ints, namespace
 from specsample.cache import Cache, rollback
 from specsample.params import SamplingParams
-from specsample.protocols import Model, Proposal
+from specsample.protocols import Model, Proposal, forward_select
 from specsample.sample import sample
 from specsample.warp import warp
 
@@ -139,7 +139,7 @@ class ModelDrafter:
         cache = self.model.new_cache(int(tokens.shape[0]), capacity)
         width = int(namespace(lengths).max(lengths))
         if width > 1:
-            _, cache = self.model.forward(tokens[:, : width - 1], cache)
+            _, _, cache = forward_select(self.model, tokens[:, : width - 1], cache, None)
         return DraftState(cache=rollback(cache, lengths - 1), window=1)
 
     def _feed(self, state: DraftState, tokens: Array, lengths: Array) -> tuple[Array, Cache]:
@@ -149,10 +149,11 @@ class ModelDrafter:
         first = xp.clip(lengths - state.window, min=0)  # [B]
         span = first[:, None] + xp.arange(state.window, dtype=xp.int64, device=device(tokens))[None, :]
         feed = xp.take_along_axis(tokens, xp.clip(span, max=int(tokens.shape[1]) - 1), axis=1)
-        logits, cache = self.model.forward(feed, rollback(state.cache, first))  # [B, window, V]
-        at = xp.broadcast_to((lengths - 1 - first)[:, None, None], (logits.shape[0], 1, logits.shape[2]))
-        # A row shorter than the window fed tokens past its end: cut them off again.
-        return xp.take_along_axis(logits, at, axis=1)[:, 0, :], rollback(cache, lengths)
+        # Only the last committed token's logits are read (a row shorter than the window
+        # fed tokens past its end: its own last column).
+        logits, _, cache = forward_select(self.model, feed, rollback(state.cache, first), lengths - 1 - first)
+        assert logits is not None
+        return logits, rollback(cache, lengths)
 
     def propose(self, state: DraftState, tokens: Array, lengths: Array, k: int,
                 params: SamplingParams, uniforms: Array) -> Proposal:

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 from specsample._array import Array, check_int, device, namespace
 from specsample.cache import Cache, rollback
 from specsample.drafters import DraftState, ModelDrafter
-from specsample.protocols import Model
+from specsample.protocols import Model, forward_select
 from specsample.suffix import TreeProposal
 
 __all__ = ["DistillPlan", "FeatureHead", "HeadDrafter", "HeadTreeDrafter"]
@@ -78,7 +78,7 @@ class HeadDrafter(ModelDrafter):
         cache = self.unfed_cache(tokens, lengths, capacity, features)
         width = int(xp.max(lengths))
         if width > 1:
-            _, cache = self.head.forward(tokens[:, : width - 1], cache)
+            _, _, cache = forward_select(self.head, tokens[:, : width - 1], cache, None)
         return DraftState(cache=rollback(cache, lengths - 1), window=1)
 
     def advance_features(self, state: DraftState, lengths: Array, features: Array,

@@ -13,7 +13,7 @@ from specsample.metrics import Metrics, tally
 from specsample.options import RunOptions
 from specsample.params import SamplingParams
 from specsample.policy import WIDTH_PRIOR, KPolicy, batch_width
-from specsample.protocols import Drafter, Model
+from specsample.protocols import Drafter, Model, forward_select
 from specsample.rng import Seed, Stream, round_uniforms, uniforms
 from specsample.round import RoundResult, State, round_step, start
 from specsample.sample import sample
@@ -289,7 +289,7 @@ def run_plain(target: Model, input_ids: Array, run: RunOptions) -> Generation:
                                           device=device(prompt))], axis=1)
     cache = target.new_cache(batch, capacity)
     if prompt.shape[1] > 1:
-        _, cache = target.forward(prompt[:, :-1], cache)
+        _, _, cache = forward_select(target, prompt[:, :-1], cache, None)  # no logits: none is read
     cache = rollback(cache, lengths - 1)
     stop, cur = lengths + run.max_new_tokens, lengths
     done = cur >= stop

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 from specsample._array import Array, check_int, check_shape, check_uniforms, device, namespace
 from specsample.cache import Cache, check_live, rollback
 from specsample.params import SamplingParams
-from specsample.protocols import Drafter, FeatureModel, Model, Proposal, SkippingDrafter, reads_features
+from specsample.protocols import (
+    Drafter,
+    FeatureModel,
+    Model,
+    Proposal,
+    SkippingDrafter,
+    forward_select,
+    reads_features,
+)
 from specsample.sample import sample
 from specsample.verify import Verdict, verify
 from specsample.warp import warp
@@ -68,7 +76,7 @@ def start(target: Model, drafter: Drafter, prompt: Array, prompt_lengths: Array,
     if width > 1:
         # Rows shorter than T write padding beyond their length: masked by
         # position, overwritten later.
-        _, features, cache = _forward(target, drafter, buffer[:, : width - 1], cache)
+        _, features, cache = _forward(target, drafter, buffer[:, : width - 1], cache, logits=False)
     lengths = xp.astype(prompt_lengths, xp.int64)
     reader: Any = drafter  # a FeatureDrafter, or a feature tree drafter
     draft_state = reader.start_features(buffer, lengths, capacity, features) \
@@ -78,16 +86,32 @@ def start(target: Model, drafter: Drafter, prompt: Array, prompt_lengths: Array,
                  done=lengths >= stop_lengths)
 
 
+@overload
 def _forward(target: Model, drafter: Drafter, tokens: Array, cache: Cache
-             ) -> tuple[Array, Array | None, Cache]:
-    """The target's logits, its features when the drafter reads them (else None), the cache."""
-    if not reads_features(drafter):
-        logits, cache = target.forward(tokens, cache)
-        return logits, None, cache
-    if not isinstance(target, FeatureModel):
+             ) -> tuple[Array, Array | None, Cache]: ...
+
+
+@overload
+def _forward(target: Model, drafter: Drafter, tokens: Array, cache: Cache, *, logits: bool
+             ) -> tuple[Array | None, Array | None, Cache]: ...
+
+
+def _forward(target: Model, drafter: Drafter, tokens: Array, cache: Cache, *, logits: bool = True
+             ) -> tuple[Array | None, Array | None, Cache]:
+    """The target's logits (None without `logits`: a prefill, which reads none), its features
+    when the drafter reads them (else None), the cache."""
+    wanted = reads_features(drafter)
+    if wanted and not isinstance(target, FeatureModel):
         raise TypeError(f"target: a {type(drafter).__name__} reads the target's features: expected "
                         f"a FeatureModel (forward_features), got {type(target).__name__}")
-    return target.forward_features(tokens, cache)
+    if not logits:
+        return forward_select(target, tokens, cache, None, features=wanted)
+    features = None
+    if wanted and isinstance(target, FeatureModel):
+        scores, features, cache = target.forward_features(tokens, cache)
+    else:
+        scores, cache = target.forward(tokens, cache)
+    return scores, features, cache
 
 
 def _emitted(xp: Any, verdict: Verdict, state: State, eos: int | None) -> Array:

@@ -10,6 +10,7 @@ from specsample_backends.torch import HFModel, _fast, create, loading
 from specsample_backends.torch._fast import DenseLinear, is_supported
 from specsample_backends.torch.compat import check_compatible
 from specsample_backends.torch.early_exit import early_exit_draft
+from specsample_backends.torch.head import DraftHead, HeadModel
 from specsample_backends.torch.quantized import Int8Linear, int8_draft, quantize
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from transformers.models.llama import modeling_llama
@@ -19,7 +20,7 @@ from specsample.drafters import ModelDrafter
 from specsample.generate import generate, generate_plain
 from specsample.lookup import PromptLookupDrafter
 from specsample.params import SamplingParams
-from specsample.protocols import Model
+from specsample.protocols import Model, SelectiveModel
 
 ATOL = 1e-4  # float32: the cached, batched forward vs the plain one, on random tiny weights
 GREEDY = SamplingParams(temperature=0)
@@ -88,6 +89,58 @@ def test_fast_and_generic_paths_agree(llama: LlamaForCausalLM) -> None:
     a, _ = fast.forward(ids, fast.new_cache(3, 12))
     b, _ = generic.forward(ids, generic.new_cache(3, 12))
     torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_forward_select_is_forward_at_the_chosen_columns(llama: LlamaForCausalLM, fast: bool) -> None:
+    model = HFModel(llama, fast=fast)
+    assert isinstance(model, SelectiveModel)
+    ids, _ = _ragged(llama.config.vocab_size)  # [3, 11]
+    full, _ = model.forward(ids, model.new_cache(3, 16))
+    columns = torch.tensor([10, 3, 0])
+    got, features, cache = model.forward_select(ids, model.new_cache(3, 16), columns)
+    assert features is None and cache.lengths.tolist() == [11, 11, 11]
+    assert torch.equal(got, full[torch.arange(3), columns])  # bit for bit: the head reads the same rows
+    # A prefill: no logits, every column's features, and the cache a full forward leaves.
+    none, features, cache = model.forward_select(ids[:, :6], model.new_cache(3, 16), None, features=True)
+    _, want_features, reference = model.forward_features(ids[:, :6], model.new_cache(3, 16))
+    assert none is None and features is not None and torch.equal(features, want_features)
+    step, _ = model.forward(ids[:, 6:8], cache)
+    want, _ = model.forward(ids[:, 6:8], reference)
+    assert torch.equal(step, want)
+    with pytest.raises(ValueError, match=r"columns: expected values in \[0, 11\)"):
+        model.forward_select(ids, model.new_cache(3, 16), torch.tensor([0, 11, 2]))
+    with pytest.raises(TypeError, match="columns: expected None or an int64 tensor"):
+        model.forward_select(ids, model.new_cache(3, 16), torch.tensor([0.0, 1.0, 2.0]))
+
+
+@pytest.mark.parametrize("subset", [False, True], ids=["all ids", "a subset"])
+def test_a_heads_forward_select_is_its_forward_at_the_chosen_columns(llama: LlamaForCausalLM,
+                                                                      subset: bool) -> None:
+    target = HFModel(llama)
+    torch.manual_seed(4)
+    head = DraftHead(target, vocab=torch.arange(0, 101, 3) if subset else None)
+    with torch.no_grad():
+        for weight in head.parameters():
+            weight.add_(torch.randn_like(weight) * 0.05)
+    model = HeadModel(head)
+    ids, _ = _ragged(101)
+    _, features, _ = target.forward_features(ids, target.new_cache(3, 16))
+
+    def fresh() -> object:
+        cache = model.new_cache(3, 16)
+        return model.with_features(cache, features, torch.zeros(3, dtype=torch.int64),
+                                   torch.full((3,), 11, dtype=torch.int64))
+    full, _ = model.forward(ids, fresh())
+    columns = torch.tensor([10, 3, 0])
+    got, none, _ = model.forward_select(ids, fresh(), columns)
+    assert none is None and torch.equal(got, full[torch.arange(3), columns])
+    nothing, _, cache = model.forward_select(ids[:, :6], fresh(), None)
+    _, reference = model.forward(ids[:, :6], fresh())
+    assert nothing is None
+    assert torch.equal(model.forward(ids[:, 6:8], cache)[0], model.forward(ids[:, 6:8], reference)[0])
+    with pytest.raises(ValueError, match="features: a draft head gives no features"):
+        model.forward_select(ids, fresh(), None, features=True)
 
 
 @pytest.mark.parametrize("fast", [True, False])

@@ -35,6 +35,8 @@ __all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "fingerprints", "
 SHIPPED = Path(__file__).with_name("heads") / "smollm2-135m-instruct.safetensors"
 
 _LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
+# `HeadModel._run`'s `select` for a forward that computes no logits (a prefill).
+_NO_LOGITS = object()
 _BOOKKEEPING = ("transformers_version", "architectures", "quantization_config")
 
 
@@ -238,9 +240,32 @@ class HeadModel:
     def forward(self, tokens: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
         """Draft logits [B, T, V] (float32, float64 for a float64 head) for tokens [B, T] at
         positions lengths + t."""
+        logits, cache = self._run(tokens, cache, None)
+        assert logits is not None
+        return logits, cache
+
+    def forward_select(self, tokens: Tensor, cache: Cache, columns: Tensor | None, *,
+                       features: bool = False) -> tuple[Tensor | None, Tensor | None, Cache]:
+        """`forward` with the logits of one column per row only ([B, V]: row b's at
+        columns[b]), or none for `columns` None (a prefill); the head has no features to give
+        (`features` must be False). See `specsample.protocols.SelectiveModel`."""
+        if features:
+            raise ValueError("features: a draft head gives no features of its own; expected False")
+        if columns is not None and (not isinstance(columns, Tensor) or columns.shape != tokens.shape[:1]
+                                    or columns.dtype != torch.int64
+                                    or bool(((columns < 0) | (columns >= tokens.shape[1])).any())):
+            raise ValueError(f"columns: expected None or int64 [{tokens.shape[0]}] in [0, "
+                             f"{tokens.shape[1]}), got {columns!r}")
+        logits, cache = self._run(tokens, cache, columns if columns is not None else _NO_LOGITS)
+        return logits, None, cache
+
+    def _run(self, tokens: Tensor, cache: Cache, select: Tensor | object
+             ) -> tuple[Tensor | None, Cache]:
+        """The forward; `select`: None (every column's logits), `_NO_LOGITS`, or int64 [B]
+        columns whose logits alone are computed ([B, V])."""
         check_live(cache)
         kv, feats, known = cache.buffers
-        batch, width = tokens.shape
+        width = tokens.shape[1]
         with torch.inference_mode():
             positions = cache.lengths[:, None] + self._slots[:width]  # [B, T]
             span = int(positions.max()) + 1
@@ -254,13 +279,19 @@ class HeadModel:
             guess = positions >= known[:, None]  # not the target's: keep the prediction
             index = positions.clamp(max=cache.capacity - 1)[:, :, None].expand(-1, -1, feats.shape[2])
             feats.scatter_(1, index, torch.where(guess[:, :, None], h, feats.gather(1, index)))
-            if self._subset is None:
-                logits = self.stack.head(h)
-            else:
-                logits = h.new_full((batch, width, self.vocab), float("-inf")).index_copy_(
-                    -1, self.head.vocab, self._subset(h))
-            if logits.dtype != torch.float64:  # float32 logits, as HFModel gives
-                logits = logits.float()
+            logits: Tensor | None = None
+            if select is None or isinstance(select, Tensor):
+                if isinstance(select, Tensor):  # [B, 1, D]
+                    h = h.gather(1, select[:, None, None].expand(-1, 1, h.shape[2]))
+                if self._subset is None:
+                    logits = self.stack.head(h)
+                else:
+                    logits = h.new_full((*h.shape[:2], self.vocab), float("-inf")).index_copy_(
+                        -1, self.head.vocab, self._subset(h))
+                if isinstance(select, Tensor):
+                    logits = logits[:, 0]
+                if logits.dtype != torch.float64:  # float32 logits, as HFModel gives
+                    logits = logits.float()
         return logits, consume(cache, lengths=cache.lengths + width, buffers=(kv, feats, known))
 
 

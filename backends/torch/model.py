@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import Tensor, nn
@@ -28,6 +28,9 @@ from .kernels import choose_small_rows
 from .parallel import TensorParallel
 
 __all__ = ["HFModel"]
+
+# `_run`'s `select` for a forward that computes no logits (a prefill).
+_NONE = object()
 
 Buffers = tuple[tuple[Tensor, Tensor], ...]  # per layer (K, V), each [B, H_kv, C, hd]
 
@@ -202,6 +205,21 @@ class HFModel:
         assert features is not None
         return logits, features, cache
 
+    def forward_select(self, tokens: Tensor, cache: Cache, columns: Tensor | None, *,
+                       features: bool = False) -> tuple[Tensor | None, Tensor | None, Cache]:
+        """`forward` with the logits of one column per row only ([B, V]: row b's at
+        columns[b]), or none for `columns` None (a prefill); with `features`, also every
+        column's features [B, T, D] (`specsample.protocols.SelectiveModel`). The output head
+        reads only the selected columns' features, so the logits are `forward`'s there."""
+        if columns is not None and (not isinstance(columns, Tensor) or columns.shape != tokens.shape[:1]
+                                    or columns.dtype != torch.int64):
+            raise TypeError(f"columns: expected None or an int64 tensor [{tokens.shape[0]}], got "
+                            f"{type(columns).__name__} {getattr(columns, 'dtype', '')} "
+                            f"{list(getattr(columns, 'shape', []))}")
+        logits, hidden, cache = self._run(tokens, cache, features=features,
+                                          select=_NONE if columns is None else columns)
+        return logits, hidden, cache
+
     def forward_tree(self, tokens: Tensor, parents: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
         """Logits [B, T, V] for a tree of tokens [B, T] in one pass (a draft tree's verify).
 
@@ -259,10 +277,23 @@ class HFModel:
                     move_path(keys, values, first, path)
         return consume(cache, lengths=cache.lengths, buffers=cache.buffers)
 
+    @overload
     def _run(self, tokens: Tensor, cache: Cache, *, features: bool, parents: Tensor | None = None
-             ) -> tuple[Tensor, Tensor | None, Cache]:
+             ) -> tuple[Tensor, Tensor | None, Cache]: ...
+
+    @overload
+    def _run(self, tokens: Tensor, cache: Cache, *, features: bool, parents: Tensor | None = None,
+             select: Tensor | object) -> tuple[Tensor | None, Tensor | None, Cache]: ...
+
+    def _run(self, tokens: Tensor, cache: Cache, *, features: bool, parents: Tensor | None = None,
+             select: Tensor | object = None) -> tuple[Tensor | None, Tensor | None, Cache]:
+        """The forward; `select`: None for every column's logits, `_NONE` for none, or int64
+        [B] columns, one per row, whose logits alone are computed ([B, V])."""
         high = self._check(tokens, cache)
         check_live(cache)
+        if isinstance(select, Tensor) and bool(((select < 0) | (select >= tokens.shape[1])).any()):
+            raise ValueError(f"columns: expected values in [0, {tokens.shape[1]}), got "
+                             f"{select.tolist()}")
         width = tokens.shape[1]
         with torch.inference_mode():
             slots = cache.lengths[:, None] + self._slots[:width]  # [B, T]
@@ -275,13 +306,25 @@ class HFModel:
                 mask = attention_mask(self._slots[:span], positions, window)  # [B, 1, T, span]
             else:
                 positions, mask = tree_mask(cache.lengths, parents, self._slots[:span])
+            logits: Tensor | None
             if self.stack is None:
                 logits, hidden = self._generic(tokens, positions, mask, cache.buffers, features, slots)
+                if select is _NONE:
+                    logits = None
+                elif isinstance(select, Tensor):
+                    logits = logits[torch.arange(tokens.shape[0], device=self.device), select]
             else:
                 hidden = llama_features(self.stack, tokens, positions, mask, cache.buffers,
                                         None if parents is None else slots)
-                logits = self.stack.head(hidden)
-            logits = self._resize(logits if logits.dtype == torch.float64 else logits.float())
+                if select is None:
+                    logits = self.stack.head(hidden)
+                elif isinstance(select, Tensor):  # [B, 1, D] -> [B, V]
+                    at = select[:, None, None].expand(-1, 1, hidden.shape[2])
+                    logits = self.stack.head(hidden.gather(1, at))[:, 0]
+                else:
+                    logits = None
+            if logits is not None:
+                logits = self._resize(logits if logits.dtype == torch.float64 else logits.float())
             lengths = cache.lengths + width
         return logits, hidden if features else None, consume(cache, lengths=lengths, buffers=cache.buffers)
 

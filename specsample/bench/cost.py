@@ -12,7 +12,7 @@ from specsample.cache import rollback
 from specsample.config import Config
 from specsample.params import SamplingParams
 from specsample.policy import KPolicy, k_policy
-from specsample.protocols import Drafter, FeatureModel, Model, reads_features
+from specsample.protocols import Drafter, FeatureModel, Model, forward_select, reads_features
 from specsample.rng import uniforms
 from specsample.shard import agree
 from specsample.tree import FeatureTreeDrafter, TreeDrafter
@@ -78,13 +78,14 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
     if reads_features(drafter) and isinstance(target, FeatureModel):
         # A feature head starts from the target's features and takes one per round.
         reader: Any = drafter
-        _, features, cache = target.forward_features(prompt[:, :-1], cache)
+        _, read, cache = forward_select(target, prompt[:, :-1], cache, None, features=True)
+        features: Any = read
         state = reader.start_features(prompt, lengths, width + 2, features)
 
         def advance(state: Any) -> Any:
             return reader.advance_features(state, lengths, features[:, -1:], lengths - 1)
     else:
-        _, cache = target.forward(prompt[:, :-1], cache)
+        _, _, cache = forward_select(target, prompt[:, :-1], cache, None)
         state = drafter.start(prompt, lengths, width + 2)
 
         def advance(state: Any) -> Any:
@@ -158,7 +159,7 @@ class WidthCost:
         rows = xp.concat([self.prompt] * batch, axis=0)  # [batch, T]
         lengths = rows[:, 0] * 0 + context
         cache = self.target.new_cache(batch, context + width)
-        _, cache = self.target.forward(rows, cache)
+        _, _, cache = forward_select(self.target, rows, cache, None)
         span = xp.concat([rows[:, -1:]] * width, axis=1)
 
         def step(tokens: Any) -> Callable[[], None]:

@@ -27,6 +27,7 @@ from specsample.benchcore import timings
 from specsample.cache import rollback
 from specsample.lookup import PromptLookupDrafter
 from specsample.params import SamplingParams
+from specsample.protocols import forward_select
 from specsample.runner import Runner
 from specsample.suffix import SuffixTreeDrafter
 
@@ -91,7 +92,7 @@ def _cost_curve(runner: Runner, widths: Sequence[int], repeats: int = 7) -> list
     ids, lengths = runner.encode([PROMPTS[1][1]])
     width = int(lengths[0])
     cache = target.new_cache(1, width + max(widths) + 2)
-    _, cache = target.forward(ids[:, :width - 1], cache)
+    _, _, cache = forward_select(target, ids[:, :width - 1], cache, None)
     cache = rollback(cache, lengths - 1)
     medians = {}
     for n in widths:
