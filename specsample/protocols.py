@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
-from specsample._array import Array, namespace
+from specsample._array import Array, check_shape, namespace
 from specsample.cache import Cache
 from specsample.params import SamplingParams
 
 __all__ = ["Drafter", "FeatureDrafter", "FeatureModel", "Model", "Proposal", "SelectiveModel",
-           "SkippingDrafter", "forward_select", "reads_features"]
+           "SkippingDrafter", "check_columns", "forward_select", "reads_features"]
 
 
 @runtime_checkable
@@ -79,8 +79,9 @@ def forward_select(model: Model, tokens: Array, cache: Cache, columns: Array | N
         columns: int64 [B] in [0, T), or None for no logits (a prefill).
         features: also return the features [B, T, D] (the model must be a FeatureModel).
     """
-    if isinstance(model, SelectiveModel):
+    if isinstance(model, SelectiveModel):  # it checks its own inputs
         return model.forward_select(tokens, cache, columns, features=features)
+    check_columns(columns, tokens)
     hidden = None
     if features:
         if not isinstance(model, FeatureModel):
@@ -95,6 +96,21 @@ def forward_select(model: Model, tokens: Array, cache: Cache, columns: Array | N
     at = xp.broadcast_to(xp.astype(columns, xp.int64)[:, None, None],
                          (int(logits.shape[0]), 1, int(logits.shape[2])))
     return xp.take_along_axis(logits, at, axis=1)[:, 0, :], hidden, cache
+
+
+def check_columns(columns: Array | None, tokens: Array) -> None:
+    """Raise unless `columns` is None or an integer array [B] with values in [0, T) for
+    `tokens` [B, T] (`forward_select`'s columns)."""
+    if columns is None:
+        return
+    batch, width = (int(d) for d in tokens.shape)
+    check_shape("columns", columns, (batch,))
+    xp = namespace(columns)
+    if not xp.isdtype(columns.dtype, "integral"):
+        raise TypeError(f"columns: expected an integer array of column indices, got dtype {columns.dtype}")
+    if batch and (bool(xp.any(columns < 0)) or bool(xp.any(columns >= width))):
+        raise ValueError(f"columns: expected values in [0, {width}), got range "
+                         f"[{int(xp.min(columns))}, {int(xp.max(columns))}]")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -110,8 +110,10 @@ def test_forward_select_is_forward_at_the_chosen_columns(llama: LlamaForCausalLM
     assert torch.equal(step, want)
     with pytest.raises(ValueError, match=r"columns: expected values in \[0, 11\)"):
         model.forward_select(ids, model.new_cache(3, 16), torch.tensor([0, 11, 2]))
-    with pytest.raises(TypeError, match="columns: expected None or an int64 tensor"):
+    with pytest.raises(TypeError, match="columns: expected an integer array of column indices"):
         model.forward_select(ids, model.new_cache(3, 16), torch.tensor([0.0, 1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"columns: expected shape \[3\], got \[2\]"):
+        model.forward_select(ids, model.new_cache(3, 16), torch.tensor([0, 1]))
 
 
 @pytest.mark.parametrize("subset", [False, True], ids=["all ids", "a subset"])
@@ -141,6 +143,8 @@ def test_a_heads_forward_select_is_its_forward_at_the_chosen_columns(llama: Llam
     assert torch.equal(model.forward(ids[:, 6:8], cache)[0], model.forward(ids[:, 6:8], reference)[0])
     with pytest.raises(ValueError, match="features: a draft head gives no features"):
         model.forward_select(ids, fresh(), None, features=True)
+    with pytest.raises(ValueError, match=r"columns: expected values in \[0, 11\), got range \[-1, 3\]"):
+        model.forward_select(ids, fresh(), torch.tensor([3, -1, 0]))
 
 
 @pytest.mark.parametrize("fast", [True, False])

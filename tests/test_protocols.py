@@ -42,3 +42,14 @@ def test_features_need_a_feature_model() -> None:
     model = _model()
     with pytest.raises(TypeError, match="model: features were asked for: expected a FeatureModel"):
         forward_select(model, np.array([[1, 2]]), model.new_cache(1, 4), None, features=True)
+
+
+def test_bad_columns_are_named() -> None:
+    model = _model()
+    ids = np.array([[1, 2, 3], [0, 4, 4]])
+    with pytest.raises(ValueError, match=r"columns: expected values in \[0, 3\), got range \[0, 3\]"):
+        forward_select(model, ids, model.new_cache(2, 4), np.array([0, 3]))
+    with pytest.raises(ValueError, match=r"columns: expected shape \[2\], got \[3\]"):
+        forward_select(model, ids, model.new_cache(2, 4), np.array([0, 1, 2]))
+    with pytest.raises(TypeError, match="columns: expected an integer array of column indices"):
+        forward_select(model, ids, model.new_cache(2, 4), np.array([0.0, 1.0]))

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from specsample.cache import Cache, check_live, consume
+from specsample.protocols import check_columns
 
 from ._fast import DenseLinear, LlamaLayer, LlamaStack, attention_mask, embed, hf_config
 from ._forward import llama_layers
@@ -251,12 +252,11 @@ class HeadModel:
         (`features` must be False). See `specsample.protocols.SelectiveModel`."""
         if features:
             raise ValueError("features: a draft head gives no features of its own; expected False")
-        if columns is not None and (not isinstance(columns, Tensor) or columns.shape != tokens.shape[:1]
-                                    or columns.dtype != torch.int64
-                                    or bool(((columns < 0) | (columns >= tokens.shape[1])).any())):
-            raise ValueError(f"columns: expected None or int64 [{tokens.shape[0]}] in [0, "
-                             f"{tokens.shape[1]}), got {columns!r}")
-        logits, cache = self._run(tokens, cache, columns if columns is not None else _NO_LOGITS)
+        if not isinstance(tokens, Tensor) or tokens.ndim != 2:
+            raise TypeError(f"tokens: expected a torch tensor [B, T], got {type(tokens).__name__} "
+                            f"{list(getattr(tokens, 'shape', []))}")
+        check_columns(columns, tokens)
+        logits, cache = self._run(tokens, cache, _NO_LOGITS if columns is None else columns.long())
         return logits, None, cache
 
     def _run(self, tokens: Tensor, cache: Cache, select: Tensor | object

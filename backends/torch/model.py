@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from transformers.cache_utils import Cache as HFCache
 
 from specsample.cache import Cache, check_live, consume, rollback
+from specsample.protocols import check_columns
 
 from ._fast import (
     SMALL_ROWS,
@@ -211,13 +212,10 @@ class HFModel:
         columns[b]), or none for `columns` None (a prefill); with `features`, also every
         column's features [B, T, D] (`specsample.protocols.SelectiveModel`). The output head
         reads only the selected columns' features, so the logits are `forward`'s there."""
-        if columns is not None and (not isinstance(columns, Tensor) or columns.shape != tokens.shape[:1]
-                                    or columns.dtype != torch.int64):
-            raise TypeError(f"columns: expected None or an int64 tensor [{tokens.shape[0]}], got "
-                            f"{type(columns).__name__} {getattr(columns, 'dtype', '')} "
-                            f"{list(getattr(columns, 'shape', []))}")
+        self._check(tokens, cache)
+        check_columns(columns, tokens)
         logits, hidden, cache = self._run(tokens, cache, features=features,
-                                          select=_NONE if columns is None else columns)
+                                          select=_NONE if columns is None else columns.long())
         return logits, hidden, cache
 
     def forward_tree(self, tokens: Tensor, parents: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
@@ -291,9 +289,6 @@ class HFModel:
         [B] columns, one per row, whose logits alone are computed ([B, V])."""
         high = self._check(tokens, cache)
         check_live(cache)
-        if isinstance(select, Tensor) and bool(((select < 0) | (select >= tokens.shape[1])).any()):
-            raise ValueError(f"columns: expected values in [0, {tokens.shape[1]}), got "
-                             f"{select.tolist()}")
         width = tokens.shape[1]
         with torch.inference_mode():
             slots = cache.lengths[:, None] + self._slots[:width]  # [B, T]
