@@ -23,11 +23,10 @@ import torch
 from torch import Tensor, nn
 
 from specsample.cache import Cache, check_live, consume
-from specsample.protocols import check_columns
 
 from ._fast import DenseLinear, LlamaLayer, LlamaStack, attention_mask, embed, hf_config
 from ._forward import llama_layers
-from .model import HFModel
+from .model import NO_LOGITS, HFModel, selected_columns
 
 __all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "fingerprints", "head_fan_out", "head_prior",
            "load_head", "save_head"]
@@ -36,8 +35,6 @@ __all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "fingerprints", "
 SHIPPED = Path(__file__).with_name("heads") / "smollm2-135m-instruct.safetensors"
 
 _LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
-# `HeadModel._run`'s `select` for a forward that computes no logits (a prefill).
-_NO_LOGITS = object()
 _BOOKKEEPING = ("transformers_version", "architectures", "quantization_config")
 
 
@@ -255,13 +252,13 @@ class HeadModel:
         if not isinstance(tokens, Tensor) or tokens.ndim != 2:
             raise TypeError(f"tokens: expected a torch tensor [B, T], got {type(tokens).__name__} "
                             f"{list(getattr(tokens, 'shape', []))}")
-        check_columns(columns, tokens)
-        logits, cache = self._run(tokens, cache, _NO_LOGITS if columns is None else columns.long())
+        select = NO_LOGITS if columns is None else selected_columns(columns, tokens)
+        logits, cache = self._run(tokens, cache, select)
         return logits, None, cache
 
     def _run(self, tokens: Tensor, cache: Cache, select: Tensor | object
              ) -> tuple[Tensor | None, Cache]:
-        """The forward; `select`: None (every column's logits), `_NO_LOGITS`, or int64 [B]
+        """The forward; `select`: None (every column's logits), `NO_LOGITS`, or int64 [B]
         columns whose logits alone are computed ([B, V])."""
         check_live(cache)
         kv, feats, known = cache.buffers

@@ -28,12 +28,22 @@ from ._forward import llama_features
 from .kernels import choose_small_rows
 from .parallel import TensorParallel
 
-__all__ = ["HFModel"]
+__all__ = ["NO_LOGITS", "HFModel", "selected_columns"]
 
-# `_run`'s `select` for a forward that computes no logits (a prefill).
-_NONE = object()
+# The `select` of `HFModel._run` and `HeadModel._run` for a forward that computes no logits
+# (a prefill).
+NO_LOGITS = object()
 
 Buffers = tuple[tuple[Tensor, Tensor], ...]  # per layer (K, V), each [B, H_kv, C, hd]
+
+
+def selected_columns(columns: object, tokens: Tensor) -> Tensor:
+    """`columns` checked (`check_columns`: [B] integers in [0, T) for tokens [B, T]) as an
+    int64 tensor on the tokens' device."""
+    if not isinstance(columns, Tensor):
+        raise TypeError(f"columns: expected None or a torch tensor, got {type(columns).__name__}")
+    check_columns(columns, tokens)
+    return columns.to(device=tokens.device, dtype=torch.int64)
 
 
 class _PositionCache(HFCache):
@@ -212,10 +222,8 @@ class HFModel:
         columns[b]), or none for `columns` None (a prefill); with `features`, also every
         column's features [B, T, D] (`specsample.protocols.SelectiveModel`). The output head
         reads only the selected columns' features, so the logits are `forward`'s there."""
-        self._check(tokens, cache)
-        check_columns(columns, tokens)
         logits, hidden, cache = self._run(tokens, cache, features=features,
-                                          select=_NONE if columns is None else columns.long())
+                                          select=NO_LOGITS if columns is None else columns)
         return logits, hidden, cache
 
     def forward_tree(self, tokens: Tensor, parents: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
@@ -285,10 +293,12 @@ class HFModel:
 
     def _run(self, tokens: Tensor, cache: Cache, *, features: bool, parents: Tensor | None = None,
              select: Tensor | object = None) -> tuple[Tensor | None, Tensor | None, Cache]:
-        """The forward; `select`: None for every column's logits, `_NONE` for none, or int64
-        [B] columns, one per row, whose logits alone are computed ([B, V])."""
+        """The forward; `select`: None for every column's logits, `NO_LOGITS` for none, or
+        [B] integer columns, one per row, whose logits alone are computed ([B, V])."""
         high = self._check(tokens, cache)
         check_live(cache)
+        if select is not None and select is not NO_LOGITS:
+            select = selected_columns(select, tokens)
         width = tokens.shape[1]
         with torch.inference_mode():
             slots = cache.lengths[:, None] + self._slots[:width]  # [B, T]
@@ -304,7 +314,7 @@ class HFModel:
             logits: Tensor | None
             if self.stack is None:
                 logits, hidden = self._generic(tokens, positions, mask, cache.buffers, features, slots)
-                if select is _NONE:
+                if select is NO_LOGITS:
                     logits = None
                 elif isinstance(select, Tensor):
                     logits = logits[torch.arange(tokens.shape[0], device=self.device), select]
