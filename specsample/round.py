@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from specsample._array import Array, check_int, check_shape, check_uniforms, device, namespace
 from specsample.cache import Cache, check_live, rollback
@@ -106,12 +106,10 @@ def _forward(target: Model, drafter: Drafter, tokens: Array, cache: Cache, *, lo
                         f"a FeatureModel (forward_features), got {type(target).__name__}")
     if not logits:
         return forward_select(target, tokens, cache, None, features=wanted)
-    features = None
-    if wanted and isinstance(target, FeatureModel):
-        scores, features, cache = target.forward_features(tokens, cache)
-    else:
-        scores, cache = target.forward(tokens, cache)
-    return scores, features, cache
+    if wanted:  # a FeatureModel, checked above
+        return cast(FeatureModel, target).forward_features(tokens, cache)
+    scores, cache = target.forward(tokens, cache)
+    return scores, None, cache
 
 
 def _emitted(xp: Any, verdict: Verdict, state: State, eos: int | None) -> Array:
