@@ -8,9 +8,18 @@
 - `exact_round_law`, `exact_sequence_law`, `autoregressive_law`, `accepted_length_law`,
   `expected_tokens_per_round`: exact laws of speculative sampling, with Fractions
   (token-wise or block verification); `block_thresholds`: block verification's p_i, h_i.
+
+The tests' tail probabilities come from scipy, which the core does not need: it is the
+`testing` extra (`pip install 'specsample[testing]'`).
 """
 
 from __future__ import annotations
+
+try:
+    import scipy.stats  # noqa: F401
+except ImportError as err:
+    raise ImportError("specsample.testing needs scipy, which specsample installs only with an extra: "
+                      "pip install 'specsample[testing]'") from err
 
 from specsample.testing._exact import (
     accepted_length_law,
