@@ -27,7 +27,8 @@ TORCH_PROMPTS = ["The capital of France is", "def add(a, b):\n    return a + b\n
 # name -> (config fields, max_new_tokens, runs auto with fixed costs)
 RUNS: dict[str, tuple[dict[str, Any], int, bool]] = {
     "reference/noisy/T1": ({"backend": "reference", "seed": 3}, 24, False),
-    "reference/noisy/T0.7-topp": ({"backend": "reference", "temperature": 0.7, "top_p": 0.9, "k": 3}, 24, False),
+    "reference/noisy/T0.7-topp": ({"backend": "reference", "temperature": 0.7, "top_p": 0.9, "k": 3},
+                                  24, False),
     "reference/noisy/T0": ({"backend": "reference", "temperature": 0.0, "k": 4}, 24, False),
     "reference/lookup/T1": ({"backend": "reference", "draft": "lookup", "k": 4}, 24, False),
     "reference/noisy-threshold/T1": ({"backend": "reference", "draft": "noisy:0.3@0.5", "k": 4}, 24, False),

@@ -7,10 +7,10 @@ import torch
 
 import specsample
 from specsample import Config
-from specsample.generate import generate
-from specsample.options import RunOptions
-from specsample.params import SamplingParams
-from specsample.registry import get_backend
+from specsample.api.registry import get_backend
+from specsample.core.params import SamplingParams
+from specsample.engine.generate import generate
+from specsample.engine.options import RunOptions
 
 CUDA = torch.cuda.is_available()
 

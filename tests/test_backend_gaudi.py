@@ -27,12 +27,12 @@ from specsample_backends.torch.head import DraftHead, HeadModel
 from torch.fx.experimental.proxy_tensor import make_fx
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specsample.drafters import ModelDrafter
-from specsample.feature import HeadDrafter
-from specsample.generate import generate
-from specsample.options import RunOptions
-from specsample.params import SamplingParams
-from specsample.registry import get_backend
+from specsample.api.registry import get_backend
+from specsample.core.params import SamplingParams
+from specsample.drafters.head import HeadDrafter
+from specsample.drafters.model import ModelDrafter
+from specsample.engine.generate import generate
+from specsample.engine.options import RunOptions
 
 HABANA = importlib.util.find_spec("habana_frameworks") is not None
 no_habana = pytest.mark.skipif(HABANA, reason="habana_frameworks is installed here")
@@ -368,7 +368,7 @@ def test_the_checks_law_test_passes_the_exact_law_and_fails_a_wrong_one(
     far above the detectable TV (about 0.13), so it fails except with probability <= 1e-3."""
     from specsample_backends.gaudi.check import law
 
-    from specsample.warp import warp
+    from specsample.core.warp import warp
 
     target, _ = models
     ids = [3, 14, 15, 9]

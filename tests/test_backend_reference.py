@@ -10,9 +10,9 @@ import pytest
 from specsample_backends.reference import NGramModel, ReferenceBackend, create, random_ngram
 from specsample_backends.reference.backend import DEFAULT_TARGET, noisy, parse_spec
 
-from specsample.cache import ConsumedCacheError, rollback
-from specsample.drafters import ModelDrafter
-from specsample.protocols import Drafter, Model
+from specsample.core.cache import ConsumedCacheError, rollback
+from specsample.core.protocols import Drafter, Model
+from specsample.drafters.model import ModelDrafter
 
 
 def _expected_logits(model: NGramModel, history: list[int], start: int, width: int) -> np.ndarray:

@@ -33,14 +33,14 @@ from test_warp import TOP_P, _random_logits, _sorted_warp
 from torch._dynamo.utils import counters
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specsample.drafters import ModelDrafter
-from specsample.generate import generate
-from specsample.options import RunOptions
-from specsample.params import SamplingParams
-from specsample.registry import get_backend
-from specsample.sample import sample
-from specsample.verify import verify
-from specsample.warp import warp
+from specsample.api.registry import get_backend
+from specsample.core.params import SamplingParams
+from specsample.core.sample import sample
+from specsample.core.verify import verify
+from specsample.core.warp import warp
+from specsample.drafters.model import ModelDrafter
+from specsample.engine.generate import generate
+from specsample.engine.options import RunOptions
 
 V = 101
 TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,

@@ -21,10 +21,10 @@ from specsample_backends.torch.head import DraftHead, HeadModel
 from test_backend_static import BUCKETS, PARAMS, TINY, V, _graphs, _ragged
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specsample.feature import HeadDrafter
-from specsample.generate import generate
-from specsample.options import RunOptions
-from specsample.params import SamplingParams
+from specsample.core.params import SamplingParams
+from specsample.drafters.head import HeadDrafter
+from specsample.engine.generate import generate
+from specsample.engine.options import RunOptions
 
 
 @pytest.fixture(scope="module")

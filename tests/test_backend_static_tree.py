@@ -16,11 +16,11 @@ from specsample_backends.torch import HFModel
 from test_tree import tree_llama
 from torch._dynamo.utils import counters
 
-from specsample.generate import generate, generate_plain
-from specsample.options import RunOptions
-from specsample.params import SamplingParams
-from specsample.suffix import SuffixTreeDrafter
-from specsample.verify_tree import verify_tree
+from specsample.core.params import SamplingParams
+from specsample.core.verify_tree import verify_tree
+from specsample.drafters.suffix import SuffixTreeDrafter
+from specsample.engine.generate import generate, generate_plain
+from specsample.engine.options import RunOptions
 
 PROMPTS = torch.tensor([[1, 5, 2, 7, 1, 5, 3, 1, 5, 2], [4, 4, 6, 1, 0, 4, 4, 6, 1, 0],
                         [2, 3, 2, 3, 2, 3, 0, 0, 0, 0]])
@@ -182,7 +182,7 @@ class _Lying(SuffixTreeDrafter):
         self.kind = kind
 
     def propose_tree(self, tokens, lengths, nodes, depth):  # type: ignore[no-untyped-def]
-        from specsample.suffix import TreeProposal
+        from specsample.core.protocols import TreeProposal
 
         batch = int(tokens.shape[0])
         chain = torch.arange(-1, nodes - 1).expand(batch, nodes).clone()

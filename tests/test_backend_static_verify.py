@@ -9,7 +9,7 @@ from specsample_backends.static import verify_block_tensor
 from specsample_backends.static.verify import confidence_tensor, kept_tensor, verify_tensor
 
 from specsample import verify, verify_block
-from specsample.drafters import confidence_lengths, token_confidence
+from specsample.drafters.model import confidence_lengths, token_confidence
 
 V = 37
 

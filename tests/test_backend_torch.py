@@ -15,12 +15,12 @@ from specsample_backends.torch.quantized import Int8Linear, int8_draft, quantize
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from transformers.models.llama import modeling_llama
 
-from specsample.cache import rollback
-from specsample.drafters import ModelDrafter
-from specsample.generate import generate, generate_plain
-from specsample.lookup import PromptLookupDrafter
-from specsample.params import SamplingParams
-from specsample.protocols import Model, SelectiveModel
+from specsample.core.cache import rollback
+from specsample.core.params import SamplingParams
+from specsample.core.protocols import Model, SelectiveModel
+from specsample.drafters.lookup import PromptLookupDrafter
+from specsample.drafters.model import ModelDrafter
+from specsample.engine.generate import generate, generate_plain
 
 ATOL = 1e-4  # float32: the cached, batched forward vs the plain one, on random tiny weights
 GREEDY = SamplingParams(temperature=0)

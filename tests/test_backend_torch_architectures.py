@@ -32,10 +32,10 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from specsample.drafters import ModelDrafter
-from specsample.generate import generate
-from specsample.options import RunOptions
-from specsample.params import SamplingParams
+from specsample.core.params import SamplingParams
+from specsample.drafters.model import ModelDrafter
+from specsample.engine.generate import generate
+from specsample.engine.options import RunOptions
 
 V = 61
 SHAPE = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,

@@ -22,9 +22,9 @@ from specsample_backends.torch.head import head_fan_out, head_prior, load_head
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specsample.bench.prompts import PROMPTS, greedy_prompts
-from specsample.feature import DistillPlan
-from specsample.generate import generate, generate_plain
-from specsample.params import SamplingParams
+from specsample.core.params import SamplingParams
+from specsample.drafters.head import DistillPlan
+from specsample.engine.generate import generate, generate_plain
 
 PLAN = DistillPlan(prompts=6, grounded=4, new_tokens=12, batch=3, vocab=512, epochs=3, batch_rows=2, k=2,
                    held_out_tokens=4, lr=3e-3)

@@ -11,8 +11,8 @@ import torch
 from specsample_backends.torch import HFModel, generate_like_hf, hf, loading
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from specsample.params import SamplingParams
-from specsample.runner import encode_text
+from specsample.api.runner import encode_text
+from specsample.core.params import SamplingParams
 
 TINY: dict[str, Any] = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3,
                             num_attention_heads=4,

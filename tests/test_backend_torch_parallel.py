@@ -23,10 +23,10 @@ from specsample_backends.torch import HFModel, create, loading
 from specsample_backends.torch.parallel import check_divides, start
 
 import specsample
+from specsample.api.config import Config
 from specsample.bench import TIE_GAP
 from specsample.bench.prompts import BATCH_PROMPTS
-from specsample.config import Config
-from specsample.params import SamplingParams
+from specsample.core.params import SamplingParams
 
 WORKER = Path(__file__).with_name("tp_worker.py")
 SIZE = 3

@@ -168,7 +168,7 @@ def test_cost_ratio_times_the_draft_and_target_steps_in_turn(runner: specsample.
 
 
 def test_width_cost_is_measured_once_per_batch_and_width(runner: specsample.Runner) -> None:
-    from specsample.bench.cost import WidthCost
+    from specsample.engine.cost import WidthCost
 
     ids, _ = runner.encode(["Once upon a time"])
     cost = WidthCost(runner.target, ids, repeats=2)

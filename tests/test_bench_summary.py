@@ -13,7 +13,7 @@ from specsample import bench
 def test_efficiency_compares_rates_over_the_same_workload() -> None:
     """Thm 3.8 predicts a ratio of rates, so efficiency divides all tokens over all seconds,
     not the median run (which, for a mix of prompts, is whichever prompt is in the middle)."""
-    from specsample.metrics import Metrics, tally
+    from specsample.core.metrics import Metrics, tally
 
     def run(method: str, family: str, prompt: int, seconds: float,
             metrics: Metrics | None) -> dict[str, object]:
@@ -50,7 +50,7 @@ def test_efficiency_compares_rates_over_the_same_workload() -> None:
 
 
 def test_a_hybrids_efficiency_prices_copies_and_model_drafts_apart() -> None:
-    from specsample.metrics import Metrics, tally
+    from specsample.core.metrics import Metrics, tally
 
     copies = tally(Metrics(), k=4, accepted=[4], emitted=[5], active=[True], elapsed_s=1.0,
                    wanted=[4], copied=[True])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specsample.benchcore import WARPS, bench_warp
+from specsample.bench.core import WARPS, bench_warp
 
 
 def test_bench_warp_times_every_warp_per_library_and_batch() -> None:

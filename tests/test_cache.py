@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from specsample.cache import Cache, commit, rollback
+from specsample.core.cache import Cache, commit, rollback
 
 
 def _cache(lengths: object = (2, 5, 0), capacity: int = 8) -> Cache:

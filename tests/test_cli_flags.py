@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from specsample.api.config import ENV_PREFIX
 from specsample.cli import main
-from specsample.config import ENV_PREFIX
 
 TOY = "ngram:vocab=8,order=2,seed=1"
 REFERENCE = ["--backend", "reference", "--target", TOY]
@@ -194,7 +194,7 @@ def test_check_runs_the_verifier_the_config_names(capsys: pytest.CaptureFixture[
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """`verifier = "block"` in the config (here the environment) is the rule the check samples."""
     from specsample.cli import _check
-    from specsample.verify_block import verify_block
+    from specsample.core.verify_block import verify_block
 
     seen: list[object] = []
     real = _check.tree_samples

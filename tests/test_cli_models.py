@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from specsample import bench
+from specsample.api.config import AUTO_K, ENV_PREFIX
 from specsample.cli import build_parser, main
 from specsample.cli.options import config_from_args
-from specsample.config import AUTO_K, ENV_PREFIX
 
 
 def _parse(*argv: str) -> argparse.Namespace:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from specsample.config import ENV_PREFIX, Config
-from specsample.params import SamplingParams
-from specsample.policy import AdaptiveK, ConstantK
+from specsample.api.config import ENV_PREFIX, Config
+from specsample.core.params import SamplingParams
+from specsample.engine.policy import AdaptiveK, ConstantK
 
 
 def _toml(tmp_path: Path, text: str) -> Path:

@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 from specsample_backends.reference import random_ngram
 
-from specsample.draft_names import (
+from specsample.api.draft_names import (
     HEAD_FAN_OUT_MAX,
     _prior,
     compose_drafter,
     rated_fan_out,
     split_name,
 )
-from specsample.drafters import ModelDrafter
-from specsample.hybrid import PRIOR_ALPHA, HybridDrafter
-from specsample.lookup import PromptLookupDrafter
+from specsample.drafters.hybrid import PRIOR_ALPHA, HybridDrafter
+from specsample.drafters.lookup import PromptLookupDrafter
+from specsample.drafters.model import ModelDrafter
 
 
 def _models():  # type: ignore[no-untyped-def]

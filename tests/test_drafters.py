@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from specsample_backends.reference import NGramModel, random_ngram
 
-from specsample.drafters import DraftState, ModelDrafter, confidence_lengths
-from specsample.params import SamplingParams
-from specsample.protocols import Drafter
-from specsample.rng import uniforms
-from specsample.sample import sample
+from specsample.core.params import SamplingParams
+from specsample.core.protocols import Drafter
+from specsample.core.rng import uniforms
+from specsample.core.sample import sample
+from specsample.drafters.model import DraftState, ModelDrafter, confidence_lengths
 
 CAPACITY = 32
 
@@ -194,7 +194,7 @@ def test_thresholded_drafts_stop_per_row_and_the_round_stops_when_all_have(model
 
 
 def test_thresholded_drafts_reach_the_round(model: NGramModel) -> None:
-    from specsample.round import round_step, start
+    from specsample.engine.round import round_step, start
 
     tokens, lengths = _prompt([[1, 2, 3], [4, 5], [0, 1, 2, 3, 4]])
     drafter = ModelDrafter(model, threshold=0.25)

@@ -30,14 +30,14 @@ from specsample_backends.torch.head import (
 )
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specsample.feature import HeadDrafter, HeadTreeDrafter
-from specsample.generate import generate, generate_plain
-from specsample.hybrid import FeatureHybridDrafter
-from specsample.lookup import PromptLookupDrafter
-from specsample.params import SamplingParams
-from specsample.round import start
+from specsample.core.params import SamplingParams
+from specsample.core.warp import warp
+from specsample.drafters.head import HeadDrafter, HeadTreeDrafter
+from specsample.drafters.hybrid import FeatureHybridDrafter
+from specsample.drafters.lookup import PromptLookupDrafter
+from specsample.engine.generate import generate, generate_plain
+from specsample.engine.round import start
 from specsample.testing import goodness_of_fit, homogeneity
-from specsample.warp import warp
 
 GREEDY, HOT = SamplingParams(temperature=0.0), SamplingParams(temperature=1.0)
 ROWS = 20_000
@@ -178,7 +178,7 @@ def test_auto_fans_a_head_out_as_its_card_and_the_verify_cost_rate_fastest(targe
     """`auto` over a head whose card gives fan-out hit rates takes the fan-out m that
     `fastest_fan_out` rates fastest from c and the verify's cost, and starts its rows from
     hits[m - 1]; without hit rates it takes `HEAD_FAN_OUT` and the head's alpha."""
-    from specsample.draft_names import HEAD_FAN_OUT, compose_drafter
+    from specsample.api.draft_names import HEAD_FAN_OUT, compose_drafter
 
     drafter = HeadDrafter(HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6]))))
     drafter.prior_alpha = 0.3  # type: ignore[attr-defined]
@@ -384,7 +384,7 @@ def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain(name:
     from specsample_backends.torch import loading
     from specsample_backends.torch.head import SHIPPED
 
-    from specsample.runner import encode_text
+    from specsample.api.runner import encode_text
 
     assert SHIPPED.is_file() and SHIPPED.with_suffix(".json").is_file()
     smol = loading.load_target("smollm2")

@@ -99,7 +99,7 @@ def test_the_gated_hybrid_keeps_the_law():
     speedup (here a poor draft and a weak prior: rows turn to plain steps after a rejection,
     within the first three tokens)."""
     from specsample import ModelDrafter
-    from specsample.hybrid import HybridDrafter
+    from specsample.drafters.hybrid import HybridDrafter
 
     target, _ = models()
     drafter = HybridDrafter(ModelDrafter(noisy(target, 0.9)), cost_ratio=0.4, prior_alpha=0.9,

@@ -12,13 +12,13 @@ import pytest
 from specsample_backends.reference import NGramModel, random_ngram
 
 from specsample import SamplingParams, generate, generate_plain, get_backend
-from specsample.draft_names import compose_drafter
-from specsample.drafters import ModelDrafter
-from specsample.hybrid import HybridDrafter
-from specsample.lookup import PromptLookupDrafter
-from specsample.protocols import SkippingDrafter
-from specsample.rng import round_uniforms, uniforms
-from specsample.round import round_step, start
+from specsample.api.draft_names import compose_drafter
+from specsample.core.protocols import SkippingDrafter
+from specsample.core.rng import round_uniforms, uniforms
+from specsample.drafters.hybrid import HybridDrafter
+from specsample.drafters.lookup import PromptLookupDrafter
+from specsample.drafters.model import ModelDrafter
+from specsample.engine.round import round_step, start
 
 CAPACITY = 64
 
@@ -238,7 +238,7 @@ def _widths(drafter: HybridDrafter, rows: list[list[int]],
     """The K of every round and each row's greedy tokens."""
     target, _ = _models()
     prompt, lengths = _prompt(rows)
-    from specsample.generate import iterate
+    from specsample.engine.generate import iterate
 
     ks, out = [], None
     for step in iterate(target, drafter, prompt, prompt_lengths=lengths, max_new_tokens=40,
@@ -312,7 +312,7 @@ def test_a_copying_round_is_rated_without_the_models_cost_and_filed_as_a_copy() 
     acceptance is filed with the copies (`Metrics.copied_trials_at`), apart from the
     model's drafts of the same length."""
     target, draft = _models()
-    from specsample.generate import iterate
+    from specsample.engine.generate import iterate
 
     prompt, lengths = _prompt([[1, 2, 3, 4, 1, 2, 3, 4, 1, 2]])
     hybrid = HybridDrafter(ModelDrafter(draft), cost_ratio=0.5, width_cost=lambda b, w: 1.0 + 0.1 * (w - 1))
@@ -324,7 +324,7 @@ def test_a_copying_round_is_rated_without_the_models_cost_and_filed_as_a_copy() 
     first = steps[0].metrics
     assert steps[0].k >= 1 and sum(first.copied_trials_at) >= 1 and first.trials_at == ()
     # Negative control: charged the model's drafts, the same round rates below a plain step.
-    from specsample.policy import WIDTH_PRIOR, batch_width
+    from specsample.engine.policy import WIDTH_PRIOR, batch_width
 
     assert batch_width([3], [30], 1, WIDTH_PRIOR[0], hybrid._round_cost) == 0
     assert batch_width([3], [30], 1, WIDTH_PRIOR[0],

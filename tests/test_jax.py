@@ -23,7 +23,7 @@ from specsample_backends.reference import random_ngram
 from specsample_backends.reference.backend import noisy
 
 from specsample import ModelDrafter, SamplingParams, round_step, sample, start, uniforms, verify, warp
-from specsample.lookup import PromptLookupDrafter
+from specsample.drafters.lookup import PromptLookupDrafter
 from specsample.testing.broken import accept_if_le
 
 MODES = ["eager", "jit", "vmap"]
@@ -237,13 +237,12 @@ def test_rounds_over_toy_models_match_numpy(x64: None, drafter: str) -> None:
     assert np.all(final_lengths > lengths) and np.any(on_numpy[-1][2])  # it generated; a row finished
 
 
-def test_readme_example_runs() -> None:
+def test_the_docs_jax_example_runs() -> None:
     # The example turns x64 on for its whole process: run it in a process of its own.
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme.split("## Embedding the core (NumPy, torch, JAX)", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert code is not None and "jax.jit" in code[1]
-    run = subprocess.run([sys.executable, "-c", code[1]], capture_output=True, text=True, timeout=300,
+    page = (Path(__file__).parents[1] / "docs" / "guide" / "embed.md").read_text()
+    code = next((c for c in re.findall(r"```python\n(.*?)```", page, re.DOTALL) if "jax.jit" in c), None)
+    assert code is not None
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          cwd=Path(__file__).parents[1])
     assert run.returncode == 0, run.stderr
     assert re.search(r"\[\[\s*-?\d+", run.stdout), run.stdout  # the printed tokens [B, K+1]

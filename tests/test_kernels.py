@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from specsample import _compiled, _kernels, _select
-from specsample.params import SamplingParams
-from specsample.warp import warp
+from specsample.core.params import SamplingParams
+from specsample.core.warp import warp
+from specsample.kernels import compiled, dispatch, layout, select
 
 
 def _probs(seed: int, rows: int, vocab: int, spread: float, dtype: str, masked: float = 0.0) -> np.ndarray:
@@ -25,12 +25,13 @@ def _probs(seed: int, rows: int, vocab: int, spread: float, dtype: str, masked: 
 
 
 def _bound(rows: torch.Tensor) -> float:
-    return float(_select._error(1.0, int(rows.shape[-1]), _select._roundoff(rows)))
+    return float(select._error(1.0, int(rows.shape[-1]), select._roundoff(rows)))
 
 
 def test_numba_builds_the_kernels_here() -> None:
-    # numba is a dependency: a build that fails here would leave every caller on its slower path.
-    assert _kernels.available()
+    # numba comes with the fast, hf and dev extras: a build that fails where it is installed would
+    # leave every caller on its slower path.
+    assert dispatch.available()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -44,9 +45,9 @@ def test_every_proven_threshold_is_the_sorts_and_most_rows_are_proven(dtype: str
     for seed, vocab in enumerate([512, 1000, 4099, 49152]):
         rows = torch.from_numpy(_probs(seed, 10, vocab, spread, dtype, masked))
         for top_p in (0.05, 0.5, 0.9, 0.99):
-            truth = _select.sorted_threshold(rows, top_p)[:, 0].numpy()
+            truth = select.sorted_threshold(rows, top_p)[:, 0].numpy()
             p = float(np.asarray(top_p, dtype=dtype))
-            found, proven = _kernels.top_p_rows(rows.numpy().copy(), p, _bound(rows))
+            found, proven = dispatch.top_p_rows(rows.numpy().copy(), p, _bound(rows))
             assert np.array_equal(found[proven], truth[proven])
             proven_rows += int(proven.sum())
     assert proven_rows >= 0.95 * 160
@@ -59,11 +60,11 @@ def test_a_level_the_sample_puts_too_high_is_lowered_to_every_positive_entry() -
     vocab = 49152
     row = np.full(vocab, 0.15 / (vocab - 102))
     row[0], row[1] = 0.3, 0.25
-    off_sample = np.arange(vocab)[np.arange(vocab) % _kernels._STRIDE != 0][1:101]
+    off_sample = np.arange(vocab)[np.arange(vocab) % layout.COMPILED_STRIDE != 0][1:101]
     row[off_sample] = 0.003
     rows = torch.from_numpy(row[None, :] / row.sum())
-    truth = _select.sorted_threshold(rows, 0.7)[:, 0].numpy()
-    found, proven = _kernels.top_p_rows(rows.numpy().copy(), 0.7, _bound(rows))
+    truth = select.sorted_threshold(rows, 0.7)[:, 0].numpy()
+    found, proven = dispatch.top_p_rows(rows.numpy().copy(), 0.7, _bound(rows))
     assert proven.all() and np.array_equal(found, truth)
     assert 0.002 < float(truth[0]) < 0.004  # the threshold is among the off-sample entries
 
@@ -74,25 +75,25 @@ def test_zeroing_a_proven_row_is_where_bit_for_bit_and_unproven_rows_are_left(dt
     rows = _probs(7, 3, 4096, 3.0, dtype)
     rows[2] = 0.0
     rows[2, :3] = (0.5, 0.3, 0.2)
-    want = np.where(rows >= _select.sorted_threshold(torch.from_numpy(rows), 0.8).numpy(), rows, 0.0)
+    want = np.where(rows >= select.sorted_threshold(torch.from_numpy(rows), 0.8).numpy(), rows, 0.0)
     got = rows.copy()
-    _, proven = _kernels.top_p_rows(got, float(np.asarray(0.8, dtype=dtype)), 1e-9, zero=True)
+    _, proven = dispatch.top_p_rows(got, float(np.asarray(0.8, dtype=dtype)), 1e-9, zero=True)
     assert proven.tolist() == [True, True, False]
     assert np.array_equal(got[:2], want[:2].astype(dtype))
     assert np.array_equal(got[2], rows[2])  # untouched: the caller decides it
-    assert _select.zero_outside_top_p(torch.from_numpy(got), 0.8)  # ... as the warp's caller does
+    assert select.zero_outside_top_p(torch.from_numpy(got), 0.8)  # ... as the warp's caller does
     assert np.array_equal(got, want.astype(dtype))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("vocab", [1, 15, 16, 17, 1000, 49152])
 def test_the_vector_compaction_keeps_what_a_mask_keeps_in_order(dtype: str, vocab: int) -> None:
-    from specsample import _compiled
+    from specsample.kernels import compiled
 
     row = np.random.default_rng(vocab).random(vocab).astype(dtype)
     for level in (0.0, 0.5, 0.99, 2.0):
-        out = np.full(vocab + _kernels._LANES, -1.0, dtype=dtype)
-        n = _compiled.compact(row, row.dtype.type(level), out)
+        out = np.full(vocab + layout.LANES, -1.0, dtype=dtype)
+        n = compiled.compact(row, row.dtype.type(level), out)
         assert np.array_equal(out[:n], row[row >= level])
 
 
@@ -101,7 +102,7 @@ def test_zero_below_is_where(dtype: str) -> None:
     rows = _probs(3, 4, 1000, 2.0, dtype)
     floor = np.array([0.0, 1e-3, 0.5, 2.0], dtype=dtype)
     got = rows.copy()
-    _kernels.zero_below(got, floor)
+    dispatch.zero_below(got, floor)
     assert np.array_equal(got, np.where(rows >= floor[:, None], rows, 0.0))
 
 
@@ -111,30 +112,30 @@ def test_the_rounding_bound_bites_without_it_wrong_thresholds_are_proven() -> No
     # the bound (float32 accumulation: about 6e-3 of the mass) no row is proven wrongly; with
     # a zero bound some rows are proven off the sort.
     rows = _probs(5, 16, 49152, 1.0, "float32")
-    truth = _select.sorted_threshold(rows, 0.9)[:, 0]
+    truth = select.sorted_threshold(rows, 0.9)[:, 0]
     p = float(np.float32(0.9))
-    bound = float(_select._error(1.0, 49152, _select._roundoff(rows)))
-    found, proven = _kernels.top_p_rows(rows.copy(), p, bound)
+    bound = float(select._error(1.0, 49152, select._roundoff(rows)))
+    found, proven = dispatch.top_p_rows(rows.copy(), p, bound)
     assert not np.any(proven & (found != truth))
-    found, proven = _kernels.top_p_rows(rows.copy(), p, 0.0)
+    found, proven = dispatch.top_p_rows(rows.copy(), p, 0.0)
     assert np.any(proven & (found != truth))
 
 
 def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="rows: expected a C-contiguous"):
-        _kernels.top_p_rows(np.ones((2, 600), dtype=np.float16), 0.5, 1e-9)
+        dispatch.top_p_rows(np.ones((2, 600), dtype=np.float16), 0.5, 1e-9)
     with pytest.raises(ValueError, match="rows: expected a C-contiguous"):
-        _kernels.top_p_rows(np.ones((600, 2)).T, 0.5, 1e-9)
+        dispatch.top_p_rows(np.ones((600, 2)).T, 0.5, 1e-9)
     with pytest.raises(ValueError, match="rows, floor"):
-        _kernels.zero_below(np.ones((2, 600)), np.ones(3))
+        dispatch.zero_below(np.ones((2, 600)), np.ones(3))
 
 
 def test_switched_off_the_callers_take_their_other_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     probs = torch.from_numpy(_probs(1, 5, 49152, 3.0, "float32"))
-    with_kernels = _select.top_p_threshold(probs, 0.9)
-    monkeypatch.setattr(_kernels, "enabled", False)
-    assert not _select.zero_outside_top_p(probs.clone(), 0.9)
-    assert torch.equal(_select.top_p_threshold(probs, 0.9), with_kernels)
+    with_kernels = select.top_p_threshold(probs, 0.9)
+    monkeypatch.setattr(dispatch, "enabled", False)
+    assert not select.zero_outside_top_p(probs.clone(), 0.9)
+    assert torch.equal(select.top_p_threshold(probs, 0.9), with_kernels)
 
 
 def test_the_heap_selection_is_partitions_kth_largest() -> None:
@@ -152,10 +153,10 @@ def test_the_heap_selection_is_partitions_kth_largest() -> None:
         if trial % 7 == 0:
             x = np.sort(x)[::-1].copy() if trial % 2 else np.sort(x)
         heap = np.empty(k, x.dtype)
-        assert _compiled.kth_largest_of(x, n, k, heap) == np.partition(x, n - k)[n - k]
+        assert compiled.kth_largest_of(x, n, k, heap) == np.partition(x, n - k)[n - k]
     distinct = rng.permutation(50).astype(np.float64)
-    assert _compiled.kth_largest_of(distinct, 50, 5, np.empty(5)) == 45.0
-    assert _compiled.kth_largest_of(distinct, 50, 6, np.empty(6)) != 45.0
+    assert compiled.kth_largest_of(distinct, 50, 5, np.empty(5)) == 45.0
+    assert compiled.kth_largest_of(distinct, 50, 6, np.empty(6)) != 45.0
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -171,40 +172,40 @@ def test_the_compiled_top_k_stage_gives_the_numpy_paths_bits(dtype: torch.dtype,
     for params in (SamplingParams(top_k=1), SamplingParams(top_k=50, temperature=0.7),
                    SamplingParams(top_k=64, temperature=1.3, top_p=0.9), SamplingParams(top_k=17, min_p=0.1)):
         with_stage = warp(logits, params)
-        monkeypatch.setattr(_kernels, "enabled", False)
+        monkeypatch.setattr(dispatch, "enabled", False)
         without = warp(logits, params)
-        monkeypatch.setattr(_kernels, "enabled", True)
+        monkeypatch.setattr(dispatch, "enabled", True)
         assert torch.equal(with_stage, without), params
 
 
 def test_the_compiled_top_k_stage_declines_what_the_numpy_path_declines() -> None:
     rows = np.random.default_rng(4).normal(size=(3, 4096)).astype(np.float32)
     maxima = lambda r: r.reshape(r.shape[0], -1, 32).max(-1)  # noqa: E731
-    assert _kernels.top_k_candidates(rows, maxima(rows), 8, 0.7) is not None
+    assert dispatch.top_k_candidates(rows, maxima(rows), 8, 0.7) is not None
     for bad in (np.nan, np.inf):
         broken = rows.copy()
         broken[1, 100] = bad
-        assert _kernels.top_k_candidates(broken, maxima(broken), 8, 0.7) is None
+        assert dispatch.top_k_candidates(broken, maxima(broken), 8, 0.7) is None
     masked = rows.copy()
     masked[2] = -np.inf
-    assert _kernels.top_k_candidates(masked, maxima(masked), 8, 1.0) is None
+    assert dispatch.top_k_candidates(masked, maxima(masked), 8, 1.0) is None
     flat = np.zeros((1, 4096), np.float32)  # every group ties: more than a quarter picked
-    assert _kernels.top_k_candidates(flat, maxima(flat), 8, 1.0) is None
+    assert dispatch.top_k_candidates(flat, maxima(flat), 8, 1.0) is None
     overflow = np.full((1, 4096), 3e38, np.float32)  # finite logits, scaled to +inf
-    assert _kernels.top_k_candidates(overflow, maxima(overflow), 8, 0.5) is None
+    assert dispatch.top_k_candidates(overflow, maxima(overflow), 8, 0.5) is None
     with pytest.raises(ValueError, match="rows, maxima, k"):
-        _kernels.top_k_candidates(rows, maxima(rows), 33, 1.0)  # k > G / 4
+        dispatch.top_k_candidates(rows, maxima(rows), 33, 1.0)  # k > G / 4
 
 
 def test_the_scratch_arrays_come_back_clear() -> None:
     # The pass keeps each thread's histograms between calls and clears only what it wrote:
     # after calls on varied rows they are zeros again, and a later call gives the same bits.
     rows = torch.from_numpy(_probs(8, 6, 49152, 3.0, "float32"))
-    first = _kernels.top_p_rows(rows.numpy().copy(), float(np.float32(0.9)), _bound(rows))
+    first = dispatch.top_p_rows(rows.numpy().copy(), float(np.float32(0.9)), _bound(rows))
     for seed, spread in enumerate([0.5, 6.0, 12.0]):
         other = _probs(seed, 4, 49152, spread, "float32", 0.9)
-        _kernels.top_p_rows(other, float(np.float32(0.5)), 1e-9, zero=True)
-    hist, squares, _ = _kernels._scratch(49152, np.dtype(np.float32))
+        dispatch.top_p_rows(other, float(np.float32(0.5)), 1e-9, zero=True)
+    hist, squares, _ = dispatch._scratch(49152, np.dtype(np.float32))
     assert not hist.any() and not squares.any()
-    again = _kernels.top_p_rows(rows.numpy().copy(), float(np.float32(0.9)), _bound(rows))
+    again = dispatch.top_p_rows(rows.numpy().copy(), float(np.float32(0.9)), _bound(rows))
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from specsample_backends.reference import random_ngram
 
-from specsample.generate import generate, generate_plain
-from specsample.lookup import PromptLookupDrafter
-from specsample.params import SamplingParams
-from specsample.protocols import Drafter
+from specsample.core.params import SamplingParams
+from specsample.core.protocols import Drafter
+from specsample.drafters.lookup import PromptLookupDrafter
+from specsample.engine.generate import generate, generate_plain
 
 PARAMS = SamplingParams()
 

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from specsample.bench.stats import merge_metrics
-from specsample.metrics import Metrics, expected_tokens_per_round, predicted_speedup, tally
+from specsample.core.metrics import Metrics, expected_tokens_per_round, predicted_speedup, tally
 
 
 @pytest.mark.parametrize(("alpha", "k", "expected"), [

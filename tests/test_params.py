@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from specsample.params import SamplingParams
+from specsample.core.params import SamplingParams
 
 
 def test_defaults_are_plain_sampling() -> None:

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from specsample.metrics import Metrics, predicted_speedup, tally
-from specsample.policy import AdaptiveK, ConstantK, KPolicy, fastest_fan_out, fastest_k, k_policy
+from specsample.core.metrics import Metrics, predicted_speedup, tally
+from specsample.engine.policy import AdaptiveK, ConstantK, KPolicy, fastest_fan_out, fastest_k, k_policy
 
 
 def _rounds(k: int, accepted: list[int]) -> Metrics:
@@ -111,8 +111,8 @@ def test_k_policy_errors(k: object) -> None:
 
 
 def test_batch_width_rates_a_round_by_how_far_it_moves_the_calls_end() -> None:
-    from specsample.metrics import expected_tokens_per_round
-    from specsample.policy import batch_width
+    from specsample.core.metrics import expected_tokens_per_round
+    from specsample.engine.policy import batch_width
 
     # One row: the end moves by the row's own tokens, Thm 3.8's E (1.9375 at alpha 0.5, K=4).
     assert batch_width([4], [100], 1, 0.5, lambda b, w: 1.93) == 4
@@ -180,7 +180,7 @@ def test_batch_width_rates_a_round_by_how_far_it_moves_the_calls_end() -> None:
     (([1], [3], 2, 1.5), r"alpha: expected a rate in \[0, 1\], got 1.5"),
 ])
 def test_batch_width_rejects_bad_input(args: tuple[object, ...], match: str) -> None:
-    from specsample.policy import batch_width
+    from specsample.engine.policy import batch_width
 
     with pytest.raises(ValueError, match=match):
         batch_width(*args, lambda b, w: 1.0)  # type: ignore[arg-type]

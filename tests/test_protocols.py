@@ -1,4 +1,4 @@
-"""`specsample.protocols.forward_select` on a Model without one of its own: its forward,
+"""`specsample.core.protocols.forward_select` on a Model without one of its own: its forward,
 the wanted columns taken; no logits for a prefill; features only from a FeatureModel."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from specsample_backends.reference.ngram import NGramModel
 
-from specsample.protocols import SelectiveModel, forward_select
+from specsample.core.protocols import SelectiveModel, forward_select
 
 
 def _model(vocab: int = 5, order: int = 2) -> NGramModel:

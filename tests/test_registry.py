@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-import specsample.registry as registry
-from specsample.registry import BUILTIN, GROUP, available, get_backend
+import specsample.api.registry as registry
+from specsample.api.registry import BUILTIN, GROUP, available, get_backend
 
 BUILTIN_NAMES = ["cuda", "gaudi", "reference", "static-cpu", "torch"]
 
@@ -110,7 +110,7 @@ def test_fake_entry_point_not_loaded_for_builtin(monkeypatch: pytest.MonkeyPatch
 
 
 def test_importing_specsample_does_not_import_torch() -> None:
-    code = ("import sys, specsample, specsample.registry; "
+    code = ("import sys, specsample, specsample.api.registry; "
             "specsample.available(); specsample.get_backend('reference'); "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'habana_frameworks'}); "
             "assert not bad, bad")

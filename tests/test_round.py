@@ -7,10 +7,10 @@ import pytest
 from specsample_backends.reference import random_ngram
 
 from specsample import ModelDrafter, SamplingParams
-from specsample.lookup import PromptLookupDrafter
-from specsample.round import round_step, start
-from specsample.sample import sample
-from specsample.warp import warp
+from specsample.core.sample import sample
+from specsample.core.warp import warp
+from specsample.drafters.lookup import PromptLookupDrafter
+from specsample.engine.round import round_step, start
 
 
 def _start(drafter, prompt: list[list[int]], target):

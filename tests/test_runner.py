@@ -11,8 +11,8 @@ import torch
 
 import specsample
 from specsample import Config, ConsumedCacheError, RunOptions, SamplingParams
-from specsample.rng import round_uniforms
-from specsample.round import round_step
+from specsample.core.rng import round_uniforms
+from specsample.engine.round import round_step
 
 PROMPT = "Once upon a time"
 
@@ -213,8 +213,8 @@ def test_load_settles_the_default_k_by_the_drafter() -> None:
     given is kept."""
     from specsample_backends.torch import loading
 
-    from specsample.config import AUTO_K, DEFAULT_K, RATED_K_MAX
-    from specsample.hybrid import PRIOR_ALPHA
+    from specsample.api.config import AUTO_K, DEFAULT_K, RATED_K_MAX
+    from specsample.drafters.hybrid import PRIOR_ALPHA
 
     assert specsample.load(Config()).config.k == DEFAULT_K
     assert specsample.load(Config(k=2)).config.k == 2

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from specsample.shard import Shard, join
+from specsample.core.shard import Shard, join
 
 # --samples is --n: torchrun's own parser reads "--n" as an ambiguous abbreviation of its options.
 CHECK = ["-m", "specsample", "check", "--backend", "reference", "--sampler", "engine", "--samples", "600",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from specsample.suffix import SuffixTreeDrafter
+from specsample.drafters.suffix import SuffixTreeDrafter
 
 
 def _tree(context: list[int], nodes: int = 8, depth: int = 3, **kwargs: int) -> list[tuple[int, int]]:
@@ -83,7 +83,7 @@ def test_a_negative_memory_is_a_clear_error(kwargs: dict, match: str) -> None:
 
 
 def test_names_give_the_budget_and_the_memory() -> None:
-    from specsample.suffix import REMEMBER, is_suffix_tree_name, suffix_tree
+    from specsample.drafters.suffix import REMEMBER, is_suffix_tree_name, suffix_tree
 
     assert (suffix_tree("suffix-tree:4x2").nodes, suffix_tree("suffix-tree:4x2").remember) == (4, 0)
     remembering = suffix_tree("suffix-tree:4x2+memory")
@@ -135,8 +135,8 @@ def test_a_repeated_request_drafts_the_earlier_output_and_stays_exact() -> None:
     from specsample_backends.torch import HFModel
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from specsample.generate import generate, generate_plain
-    from specsample.params import SamplingParams
+    from specsample.core.params import SamplingParams
+    from specsample.engine.generate import generate, generate_plain
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

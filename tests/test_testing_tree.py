@@ -13,10 +13,10 @@ import pytest
 from test_generate import PROMPT, VOCAB, expected_law, models
 
 from specsample import ModelDrafter, SamplingParams, get_backend
+from specsample.core.verify import verify
+from specsample.core.verify_block import verify_block
+from specsample.core.warp import warp
 from specsample.testing import PrefixLaws, broken, goodness_of_fit, homogeneity, tree_samples
-from specsample.verify import verify
-from specsample.verify_block import verify_block
-from specsample.warp import warp
 
 ROWS = 200_000
 
@@ -106,7 +106,7 @@ def test_a_threshold_drafters_rows_are_the_engines_rows() -> None:
     # Row b reads the uniforms and keeps the drafts that row b of `generate` does, so the
     # samples agree token for token; without the threshold they differ (the sampler would
     # otherwise test a fixed K under the threshold's name).
-    from specsample.generate import generate
+    from specsample.engine.generate import generate
 
     target, drafter = _drafter()
     sure = ModelDrafter(drafter.model, threshold=0.6)
@@ -146,8 +146,8 @@ def _law_after(target: object, prompt: list[int], params: SamplingParams) -> np.
 def test_a_hybrids_rows_are_the_engines_rows() -> None:
     # Copies, model drafts and (with a threshold) per-row lengths, each row's own uniforms:
     # token for token what `generate` gives the same rows.
-    from specsample.generate import generate
-    from specsample.hybrid import HybridDrafter
+    from specsample.drafters.hybrid import HybridDrafter
+    from specsample.engine.generate import generate
 
     target, drafter = _drafter()
     params = SamplingParams(temperature=0.9)
@@ -167,7 +167,7 @@ def test_a_hybrids_rows_are_the_engines_rows() -> None:
 @pytest.mark.parametrize("name", [None, "resample-from-p"])
 def test_a_hybrid_follows_the_target_law_and_a_broken_rule_does_not(name: str | None) -> None:
     # 200,000 rows, M = 27 outcomes, as above.
-    from specsample.hybrid import HybridDrafter
+    from specsample.drafters.hybrid import HybridDrafter
 
     target, drafter = _drafter()
     hybrid = HybridDrafter(ModelDrafter(drafter.model, threshold=0.5))
@@ -182,7 +182,7 @@ def test_a_hybrid_follows_the_target_law_and_a_broken_rule_does_not(name: str | 
 
 
 def test_the_tree_sampler_refuses_an_auto_hybrid() -> None:
-    from specsample.hybrid import HybridDrafter
+    from specsample.drafters.hybrid import HybridDrafter
 
     target, drafter = _drafter()
     with pytest.raises(TypeError, match="drafter: an `auto` hybrid's gate"):
@@ -274,8 +274,8 @@ def test_a_tree_drafters_rows_are_the_engines_rows() -> None:
     # would break this on most rows).
     import torch
 
-    from specsample.generate import generate
-    from specsample.suffix import SuffixTreeDrafter
+    from specsample.drafters.suffix import SuffixTreeDrafter
+    from specsample.engine.generate import generate
 
     target, drafter = _llama(), SuffixTreeDrafter(nodes=6, depth=3)
     params = SamplingParams(temperature=1.0)
@@ -314,7 +314,7 @@ def _tree_law(target: object, params: SamplingParams) -> np.ndarray:
 def test_tree_rounds_follow_the_target_law_and_broken_tree_rules_do_not(rule: str | None) -> None:
     import torch
 
-    from specsample.suffix import SuffixTreeDrafter
+    from specsample.drafters.suffix import SuffixTreeDrafter
 
     target, params = _llama(), SamplingParams(temperature=1.0)
     verifier = broken.TREE_VERIFIERS.get(str(rule), verify)
@@ -334,7 +334,8 @@ def test_tree_rounds_follow_the_target_law_and_broken_tree_rules_do_not(rule: st
 def test_the_tree_sampler_refuses_a_chain_rule_for_trees_and_sampled_trees() -> None:
     import torch
 
-    from specsample.suffix import SuffixTreeDrafter, TreeProposal
+    from specsample.core.protocols import TreeProposal
+    from specsample.drafters.suffix import SuffixTreeDrafter
 
     target, prompt = _llama(), torch.tensor([TREE_PROMPT])
     with pytest.raises(ValueError, match="verifier: a tree drafter is verified by the tree rule"):

@@ -19,12 +19,14 @@ from specsample_backends.torch import HFModel, loading
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specsample.bench import measure_cost_ratio
-from specsample.cache import Cache
-from specsample.generate import generate, generate_plain
-from specsample.params import SamplingParams
-from specsample.suffix import SuffixTreeDrafter
+from specsample.core.cache import Cache
+from specsample.core.params import SamplingParams
+from specsample.core.protocols import TreeModel
+from specsample.drafters.suffix import SuffixTreeDrafter
+from specsample.engine.generate import generate, generate_plain
+from specsample.engine.round import path_features
+from specsample.engine.tree import generate_tree
 from specsample.testing import broken, homogeneity
-from specsample.tree import TreeModel, generate_tree, path_features
 
 GREEDY, HOT = SamplingParams(temperature=0.0), SamplingParams(temperature=1.0)
 ROWS = 20_000

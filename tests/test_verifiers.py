@@ -6,7 +6,7 @@ import pytest
 
 import specsample
 from specsample import get_verifier, verify, verify_block
-from specsample.verifiers import VERIFIERS
+from specsample.core.verifiers import VERIFIERS
 
 
 def test_names_map_to_the_rules():

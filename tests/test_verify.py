@@ -220,8 +220,8 @@ def test_a_row_with_draft_length_l_is_verified_as_a_round_of_k_equal_l(rule: str
     """Per-row draft length: row b with L_b drafts gets exactly the verdict of a K = L_b round
     on the same uniforms (its first L_b acceptance draws and the final draw), for L_b = 0..K.
     L_b = 0 is a plain step: the final token is drawn from p_0."""
-    from specsample.sample import sample
-    from specsample.verifiers import get_verifier
+    from specsample.core.sample import sample
+    from specsample.core.verifiers import get_verifier
 
     rule_fn = get_verifier(rule)
     rng = np.random.default_rng(7)

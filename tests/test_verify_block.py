@@ -11,8 +11,8 @@ from test_generate import ROWS, expected_law, first_three, models
 from test_verify import _case, _well_formed
 
 from specsample import ModelDrafter, SamplingParams, sample, verify, verify_block
+from specsample.core.verify_block import block_final_token
 from specsample.testing import broken, goodness_of_fit
-from specsample.verify_block import block_final_token
 
 # Context-free laws with p != q on every token, so that block and token-wise verification
 # differ and each broken rule below moves the law far (V = 3).

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specsample import verify, verify_tree
-from specsample.verify_tree import tree_depth
+from specsample.core.verify_tree import tree_depth
 
 RNG = np.random.default_rng(7)
 

@@ -9,7 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsample import SamplingParams, _kernels, _select, warp
+from specsample import SamplingParams, warp
+from specsample.kernels import dispatch, select
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -200,7 +201,7 @@ def test_warp_equals_the_full_sort_warp(seed, rows, vocab, spread, ties, masked,
     assert _same(warp(logits, params), _sorted_warp(logits, params))
 
 
-# The same without the compiled passes (`specsample._kernels`): the NumPy and torch paths
+# The same without the compiled passes (`specsample.kernels.dispatch`): the NumPy and torch paths
 # that machines without numba take.
 @settings(max_examples=150, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 4), vocab=st.sampled_from([5, 1000, 4096]),
@@ -212,11 +213,11 @@ def test_warp_without_the_compiled_passes_equals_the_full_sort_warp(
         seed, rows, vocab, spread, ties, masked, temperature, top_k, top_p, min_p, library):  # type: ignore[no-untyped-def]
     logits = _as(library, _random_logits(seed, rows, vocab, spread, ties, masked))
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-    _kernels.enabled = False
+    dispatch.enabled = False
     try:
         assert _same(warp(logits, params), _sorted_warp(logits, params))
     finally:
-        _kernels.enabled = True
+        dispatch.enabled = True
 
 
 @pytest.mark.parametrize("compiled", [True, False])
@@ -224,7 +225,7 @@ def test_warp_without_the_compiled_passes_equals_the_full_sort_warp(
 @pytest.mark.parametrize("spread", [1.0, 3.0, 8.0])
 def test_warp_equals_the_full_sort_warp_at_a_real_vocabulary(library: str, spread: float, compiled: bool,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_kernels, "enabled", compiled)
+    monkeypatch.setattr(dispatch, "enabled", compiled)
     logits = _as(library, _random_logits(int(spread), 6, 49152, spread, "none", 0.0).reshape(2, 3, 49152))
     one = SamplingParams(top_p=0.9)
     assert _same(warp(logits[0, 0], one), _sorted_warp(logits[0, 0], one))  # a single row [V]
@@ -249,9 +250,9 @@ def test_unproven_rows_take_the_sort_and_proven_rows_keep_the_candidate(library:
     probs = np.array([[0.5, 0.3, 0.2, 0.0], [0.6, 0.25, 0.1, 0.05]])
     rows = _as(library, probs)
     xp = array_api_compat.array_namespace(rows)
-    _, proven = _select._bucket_threshold(xp, rows, 0.8)
+    _, proven = select._bucket_threshold(xp, rows, 0.8)
     assert np.asarray(proven).tolist() == [False, True]
-    assert _same(_select.top_p_threshold(rows, 0.8), _select.sorted_threshold(rows, 0.8))
+    assert _same(select.top_p_threshold(rows, 0.8), select.sorted_threshold(rows, 0.8))
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
@@ -261,8 +262,8 @@ def test_the_proof_bites_a_candidate_off_the_sort_is_never_proven(library: str) 
     logits = _random_logits(5, 64, 49152, 1.0, "none", 0.0)
     probs = _as(library, np.exp(logits) / np.exp(logits).sum(-1, keepdims=True))
     xp = array_api_compat.array_namespace(probs)
-    candidate, proven = (np.asarray(a) for a in _select._bucket_threshold(xp, probs, 0.9))
-    truth = np.asarray(_select.sorted_threshold(probs, 0.9))[:, 0]
+    candidate, proven = (np.asarray(a) for a in select._bucket_threshold(xp, probs, 0.9))
+    truth = np.asarray(select.sorted_threshold(probs, 0.9))[:, 0]
     assert not np.any(proven & (candidate != truth))
     if library == "numpy-float32":  # float32 accumulation: off by many entries, never proven
         assert np.any(candidate != truth) and not np.any(proven)
@@ -424,10 +425,10 @@ def test_the_candidate_threshold_proves_most_rows_and_each_is_the_sorts(library:
     # Rows keeping a few percent of the vocabulary are proven from the candidates above the
     # sampled level, without a histogram or a sort, in every library and dtype.
     probs = _as(library, _normal_probs(int(100 * top_p), 64, 3.0))
-    candidate, proven = _select._candidate_threshold(probs, np.asarray(probs), top_p)
-    truth = np.asarray(_select.sorted_threshold(probs, top_p))[:, 0]
+    candidate, proven = select._candidate_threshold(probs, np.asarray(probs), top_p)
+    truth = np.asarray(select.sorted_threshold(probs, top_p))[:, 0]
     assert proven.mean() > 0.9 and np.array_equal(candidate[proven], truth[proven])
-    assert _same(_select.top_p_threshold(probs, top_p), _select.sorted_threshold(probs, top_p))
+    assert _same(select.top_p_threshold(probs, top_p), select.sorted_threshold(probs, top_p))
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
@@ -446,19 +447,19 @@ def test_the_candidate_path_bites_a_float64_sum_of_float32_rows_is_not_the_sort(
     # The same candidates summed in float64 give another threshold in some rows; the
     # candidate path, summing as the sort does, gives the sort's in every proven row.
     probs = _normal_probs(5, 256, 3.0)
-    truth = _select.sorted_threshold(probs, 0.9)[:, 0]
+    truth = select.sorted_threshold(probs, 0.9)[:, 0]
     wide = probs.astype(np.float64)
-    exact = _select._candidate_threshold(wide, wide, 0.9)[0].astype(np.float32)
+    exact = select._candidate_threshold(wide, wide, 0.9)[0].astype(np.float32)
     assert np.any(exact != truth)
-    candidate, proven = _select._candidate_threshold(probs, probs, 0.9)
+    candidate, proven = select._candidate_threshold(probs, probs, 0.9)
     assert proven.mean() > 0.9 and np.array_equal(candidate[proven], truth[proven])
-    assert np.array_equal(_select.top_p_threshold(probs, 0.9), _select.sorted_threshold(probs, 0.9))
+    assert np.array_equal(select.top_p_threshold(probs, 0.9), select.sorted_threshold(probs, 0.9))
 
 
 def test_top_k_zeros_leave_the_candidates_to_the_positive_entries() -> None:
     probs = torch.from_numpy(_normal_probs(7, 8, 3.0))
     probs[probs < probs.topk(300, dim=-1).values[:, -1:]] = 0.0  # 300 positives per row
     probs /= probs.sum(-1, keepdim=True)  # as top-k leaves them for top-p
-    candidate, proven = _select._candidate_threshold(probs, probs.numpy(), 0.9)
-    truth = np.asarray(_select.sorted_threshold(probs, 0.9))[:, 0]
+    candidate, proven = select._candidate_threshold(probs, probs.numpy(), 0.9)
+    truth = np.asarray(select.sorted_threshold(probs, 0.9))[:, 0]
     assert proven.all() and np.array_equal(candidate, truth)

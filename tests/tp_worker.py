@@ -26,12 +26,12 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import specsample
+from specsample.api.config import Config
 from specsample.bench.prompts import BATCH_PROMPTS
-from specsample.config import Config
-from specsample.drafters import ModelDrafter
-from specsample.lookup import PromptLookupDrafter
-from specsample.options import RunOptions
-from specsample.params import SamplingParams
+from specsample.core.params import SamplingParams
+from specsample.drafters.lookup import PromptLookupDrafter
+from specsample.drafters.model import ModelDrafter
+from specsample.engine.options import RunOptions
 
 NEW_TOKENS = 16
 HOT = SamplingParams(temperature=0.8)

@@ -22,10 +22,10 @@ from specsample_backends.static.backend import StaticBackend
 from specsample_backends.torch.early_exit import early_exit_module
 from transformers import GenerationMixin
 
-from specsample.generate import generate
-from specsample.options import RunOptions
-from specsample.params import SamplingParams
-from specsample.registry import get_backend
+from specsample.api.registry import get_backend
+from specsample.core.params import SamplingParams
+from specsample.engine.generate import generate
+from specsample.engine.options import RunOptions
 
 PROMPTS = ("Write a short poem about the sea.", "Explain what a hash table is.",
            "List three uses of Python.", "What is the capital of France?")

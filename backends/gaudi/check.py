@@ -40,12 +40,12 @@ from specsample_backends.static.backend import StaticBackend
 from specsample_backends.torch.early_exit import early_exit_module
 from torch._dynamo.utils import counters
 
-from specsample.generate import generate_plain
-from specsample.options import RunOptions
-from specsample.params import SamplingParams
-from specsample.registry import get_backend
+from specsample.api.registry import get_backend
+from specsample.core.params import SamplingParams
+from specsample.core.warp import warp
+from specsample.engine.generate import generate_plain
+from specsample.engine.options import RunOptions
 from specsample.testing import FitResult, goodness_of_fit
-from specsample.warp import warp
 
 from . import HpuGraphCapture
 from .mode import LAZY_VAR, lazy_mode

@@ -8,10 +8,10 @@ import numpy as np
 from numpy.typing import NDArray
 from specsample_backends.reference.ngram import NGramModel, random_ngram
 
-from specsample.backend import CoreBackend
-from specsample.draft_names import compose_drafter
-from specsample.drafters import ModelDrafter
-from specsample.protocols import Drafter, Model
+from specsample.api.backend import CoreBackend
+from specsample.api.draft_names import compose_drafter
+from specsample.core.protocols import Drafter, Model
+from specsample.drafters.model import ModelDrafter
 
 __all__ = ["ReferenceBackend", "ToyTokenizer", "create", "parse_spec"]
 
@@ -94,13 +94,13 @@ class ReferenceBackend(CoreBackend):
     def load_drafter(self, name: str | None, target: Model) -> Drafter:
         """'noisy:E' (the target's table mixed with E of another), 'lookup', an ngram spec,
         'hybrid[:NAME]', 'auto[:NAME]' or a model draft's name with '@T'
-        (`specsample.draft_names.compose_drafter`)."""
+        (`specsample.api.draft_names.compose_drafter`)."""
         return compose_drafter(name or DEFAULT_DRAFT, lambda inner: self._named_drafter(inner, target),
                                default_model=DEFAULT_DRAFT, cost=lambda drafter: _cost_ratio(target, drafter))
 
     def _named_drafter(self, name: str, target: Model) -> Drafter:
         if name == "lookup":
-            from specsample.lookup import PromptLookupDrafter
+            from specsample.drafters.lookup import PromptLookupDrafter
 
             return PromptLookupDrafter()
         if name.startswith("noisy:") and isinstance(target, NGramModel):
@@ -113,8 +113,8 @@ class ReferenceBackend(CoreBackend):
 
 def _cost_ratio(target: Model, drafter: ModelDrafter) -> float:
     """c of `drafter` against `target` on this machine (medians of 5 timed steps each, in turn)."""
-    from specsample.bench.cost import measure_cost_ratio
-    from specsample.params import SamplingParams
+    from specsample.core.params import SamplingParams
+    from specsample.engine.cost import measure_cost_ratio
 
     prompt = (np.arange(1, 17, dtype=np.int64) % target.vocab_size)[None, :]
     return measure_cost_ratio(target, drafter, prompt, SamplingParams(), repeats=5)

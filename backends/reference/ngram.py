@@ -10,7 +10,7 @@ import array_api_compat
 import numpy as np
 from numpy.typing import NDArray
 
-from specsample.cache import Cache, check_live, consume
+from specsample.core.cache import Cache, check_live, consume
 
 __all__ = ["NGramModel", "random_ngram"]
 

@@ -13,12 +13,11 @@ from specsample_backends.torch.head import HeadModel
 from specsample_backends.torch.model import HFModel
 from torch import Tensor, nn
 
-from specsample.backend import CoreBackend
-from specsample.drafters import ModelDrafter
-from specsample.generate import Generation, Step, finish, prepare_prompt
-from specsample.options import RunOptions
-from specsample.protocols import Drafter, Model
-from specsample.tree import TreeDrafter
+from specsample.api.backend import CoreBackend
+from specsample.core.protocols import Drafter, Model, TreeDrafter
+from specsample.drafters.model import ModelDrafter
+from specsample.engine.options import RunOptions
+from specsample.engine.runs import Generation, Step, finish, prepare_prompt
 
 from .engine import Capture, Engine, EngineOptions, static_stack
 from .pieces import RULES

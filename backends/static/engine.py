@@ -19,16 +19,16 @@ import torch
 from specsample_backends.torch._fast import DenseLinear, LlamaStack
 from torch import Tensor, nn
 
-from specsample.cache import Cache
-from specsample.drafters import DraftState
-from specsample.generate import Step
-from specsample.metrics import Metrics, tally
-from specsample.options import RunOptions
-from specsample.params import SamplingParams
-from specsample.rng import round_uniforms
-from specsample.round import RoundResult, State
-from specsample.tree import TreeDrafter
-from specsample.verify import Verdict
+from specsample.core.cache import Cache
+from specsample.core.metrics import Metrics, tally
+from specsample.core.params import SamplingParams
+from specsample.core.protocols import TreeDrafter
+from specsample.core.rng import round_uniforms
+from specsample.core.verify import Verdict
+from specsample.drafters.model import DraftState
+from specsample.engine.options import RunOptions
+from specsample.engine.round import RoundResult, State
+from specsample.engine.runs import Step
 
 from .pieces import (
     DraftSampleStep,
@@ -345,7 +345,7 @@ class Engine:
         rounds (every row done: nothing is committed). With sync_every > 1 each
         yielded Step carries the state at the sync, not after its own round.
         A Step's tokens, lengths and flags are copies; its caches name the slot's
-        buffers, which the next round consumes (`specsample.cache`).
+        buffers, which the next round consumes (`specsample.core.cache`).
 
         Args:
             prompt: int64 [B, T] right-padded, on the device; lengths int64 [B] (>= 1).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from specsample_backends.torch import opaque
@@ -17,17 +17,26 @@ from specsample_backends.torch._fast import LlamaStack, attention_mask
 from specsample_backends.torch._forward import llama_forward
 from torch import Tensor, nn
 
-from specsample.cache import Lineage
+from specsample.core.cache import Lineage
 
 from .pieces import DraftSampleStep, VerifyStep, layer_weights
 
-if TYPE_CHECKING:
-    from .engine import Engine
-
-__all__ = ["KV", "HeadLinears", "HeadPieces", "Model", "PiecewisePrefill", "PiecewiseRound", "PrefillStep",
-           "RoundStep", "Slot"]
+__all__ = ["KV", "HeadLinears", "HeadPieces", "Model", "PieceSource", "PiecewisePrefill", "PiecewiseRound",
+           "PrefillStep", "RoundStep", "Slot"]
 
 KV = tuple[tuple[Tensor, Tensor], ...]  # per layer (K, V), each [B, H_kv, C, hd]
+
+
+class PieceSource(Protocol):
+    """What a step reads of its engine (`engine.Engine`): the stacks and the captured pieces."""
+
+    target: LlamaStack
+    draft: LlamaStack | None
+    head: HeadLinears | None
+
+    def piece(self, kind: str, stack: LlamaStack | None, width: int, kv: KV) -> Callable[..., Any]:
+        """The captured piece `kind` for a stack's configuration, a width and a K/V shape."""
+        ...
 
 
 def _forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, kv: KV) -> Tensor:
@@ -90,7 +99,7 @@ class Slot:
 class PrefillStep(nn.Module):
     """Write K/V of a [B, P] chunk at given positions into both caches (no output)."""
 
-    def __init__(self, engine: Engine, slot: Slot) -> None:
+    def __init__(self, engine: PieceSource, slot: Slot) -> None:
         super().__init__()
         self.engine, self.slot = engine, slot
 
@@ -108,7 +117,7 @@ class PrefillStep(nn.Module):
 class RoundStep(nn.Module):
     """One speculative round over a slot's buffers, updating them in place (`rule`: a RULES name)."""
 
-    def __init__(self, engine: Engine, slot: Slot, k: int, rule: str = "token") -> None:
+    def __init__(self, engine: PieceSource, slot: Slot, k: int, rule: str = "token") -> None:
         super().__init__()
         self.engine, self.slot, self.k, self.rule = engine, slot, k, rule
         # The same draft-sampling and verify-and-commit code the piecewise round captures.
@@ -162,7 +171,7 @@ class Model:
         kv: the model's K/V buffers in the slot.
     """
 
-    def __init__(self, engine: Engine, stack: LlamaStack, kv: KV) -> None:
+    def __init__(self, engine: PieceSource, stack: LlamaStack, kv: KV) -> None:
         self.engine, self.stack, self.kv = engine, stack, kv
         self.layers = [(keys, values, layer_weights(layer))
                        for layer, (keys, values) in zip(stack.layers, kv, strict=True)]
@@ -218,7 +227,7 @@ class HeadPieces:
     prediction at the positions not known to be the target's (`HeadModel`'s semantics).
     """
 
-    def __init__(self, engine: Engine, slot: Slot) -> None:
+    def __init__(self, engine: PieceSource, slot: Slot) -> None:
         assert engine.draft is not None and engine.head is not None and slot.features is not None
         self.engine, self.stack, self.kv, self.features = engine, engine.draft, slot.draft_kv, slot.features
         # The head's norms are trainable Parameters; its graphs take plain tensors, as the target's.
@@ -252,7 +261,7 @@ class HeadPieces:
 class PiecewiseRound:
     """`RoundStep` with each piece captured on its own and the loops in Python (same tokens)."""
 
-    def __init__(self, engine: Engine, slot: Slot, k: int, rule: str = "token") -> None:
+    def __init__(self, engine: PieceSource, slot: Slot, k: int, rule: str = "token") -> None:
         self.engine, self.slot, self.k = engine, slot, k
         self.target = Model(engine, engine.target, slot.target_kv)
         self.head = None if engine.head is None else HeadPieces(engine, slot)
@@ -310,7 +319,7 @@ class PiecewiseRound:
 class PiecewisePrefill:
     """`PrefillStep` with captured layers and the loop in Python."""
 
-    def __init__(self, engine: Engine, slot: Slot) -> None:
+    def __init__(self, engine: PieceSource, slot: Slot) -> None:
         self.target = Model(engine, engine.target, slot.target_kv)
         self.features = slot.features
         self.head = None if engine.head is None else HeadPieces(engine, slot)

@@ -14,7 +14,7 @@ dropped by length.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from specsample_backends.torch._fast import move_path, tree_mask
@@ -22,16 +22,13 @@ from specsample_backends.torch._forward import llama_features
 from torch import Tensor, nn
 
 from specsample._array import check_int
-from specsample.verify import check_lengths
-from specsample.verify_tree import check_parents, tree_depth
+from specsample.core.verify import check_lengths
+from specsample.core.verify_tree import check_parents, tree_depth
 
 from .pieces import EmbedStep
+from .steps import Model, PieceSource, Slot
 from .verify import commit, sample_tensor
 from .warp import warp_tensor
-
-if TYPE_CHECKING:
-    from .engine import Engine
-    from .steps import Slot
 
 __all__ = ["MovePathStep", "PiecewiseTreeRound", "TreeEmbedStep", "TreeRoundStep", "TreeVerifyStep",
            "checked_tree", "move_path", "tree_widths", "verify_tree_tensor"]
@@ -186,7 +183,7 @@ class TreeRoundStep(nn.Module):
     """One tree round over a slot's buffers, captured whole (CUDA or HPU graphs): the tree's
     nodes, parents and sizes are inputs, written by the host before each replay."""
 
-    def __init__(self, engine: Engine, slot: Slot, depth: int) -> None:
+    def __init__(self, engine: PieceSource, slot: Slot, depth: int) -> None:
         super().__init__()
         self.engine, self.slot = engine, slot
         self.verify, self.move = TreeVerifyStep(depth), MovePathStep()
@@ -211,7 +208,7 @@ class PiecewiseTreeRound:
     """`TreeRoundStep` from captured pieces (the tree embedding, the layer and head pieces a
     chain round of the same width shares, the tree verify, the path move), loops in Python."""
 
-    def __init__(self, engine: Engine, slot: Slot, nodes: int, depth: int) -> None:
+    def __init__(self, engine: PieceSource, slot: Slot, nodes: int, depth: int) -> None:
         """`nodes`: this round's width (the nodes it feeds after the last committed token)."""
         self.slot, self.stack = slot, engine.target
         kv, width = slot.target_kv, nodes + 1
@@ -220,8 +217,6 @@ class PiecewiseTreeRound:
         self.head = engine.piece("head", engine.target, width, kv)
         self.verify = engine.piece(f"tree-verify-{depth}", None, width, kv)
         self.move = engine.piece("move-path", None, depth, kv)
-        from .steps import Model  # the chain pieces' per-layer weights, in `LayerStep`'s order
-
         target = Model(engine, engine.target, kv)
         self.layers, self.head_weights = target.layers, target.head_weights
 

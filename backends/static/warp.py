@@ -1,16 +1,16 @@
-"""`specsample.warp.warp` with the sampling parameters as tensors: one graph for every setting."""
+"""`specsample.core.warp.warp` with the sampling parameters as tensors: one graph for every setting."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from specsample.params import SamplingParams
+from specsample.core.params import SamplingParams
 
 __all__ = ["knobs", "warp_tensor"]
 
 # Top-k and top-p from the `_CAP` largest values when k <= _CAP and the top-p threshold is
-# proven among them (see `specsample._select`); otherwise the sort over V.
+# proven among them (see `specsample.kernels.select`); otherwise the sort over V.
 _CAP = 256
 
 

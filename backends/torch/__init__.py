@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from specsample.backend import CoreBackend
-from specsample.generate import Step
-from specsample.options import RunOptions
-from specsample.protocols import Drafter, Model
+from specsample.api.backend import CoreBackend
+from specsample.core.protocols import Drafter, Model
+from specsample.engine.options import RunOptions
+from specsample.engine.runs import Step
 
 from . import hf, loading
 from .dtypes import DTYPES, dtype_option

@@ -34,15 +34,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from specsample._array import check_int
+from specsample.api.runner import encode_text
 from specsample.bench.prompts import PROMPTS
-from specsample.cache import rollback
-from specsample.feature import DistillPlan, HeadDrafter
-from specsample.generate import generate, generate_plain
-from specsample.params import SamplingParams
-from specsample.rng import Stream, uniforms
-from specsample.runner import encode_text
-from specsample.sample import sample
-from specsample.warp import warp
+from specsample.core.cache import rollback
+from specsample.core.params import SamplingParams
+from specsample.core.rng import Stream, uniforms
+from specsample.core.sample import sample
+from specsample.core.warp import warp
+from specsample.drafters.head import DistillPlan, HeadDrafter
+from specsample.engine.generate import generate, generate_plain
 
 from ._distill_prompts import grounded_prompts, open_prompts
 from .head import DraftHead, HeadModel, fingerprints, load_head, save_head

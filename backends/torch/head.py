@@ -5,7 +5,7 @@ decoder layer of the target's architecture; its output imitates the target's fea
 f_t (the final norm's output), and the draft logits are the target's own output head
 applied to it, over the whole vocabulary or a subset of frequent tokens (q is then a law
 over that subset, and exactness is untouched). `HeadModel` runs it as a
-`specsample.feature.FeatureHead` over preallocated K/V and feature buffers, through the
+`specsample.drafters.head.FeatureHead` over preallocated K/V and feature buffers, through the
 same `llama_layers` the target uses; training (`DraftHead.features`) runs the same
 function with autograd. A head file is safetensors plus a JSON card naming the target's
 fingerprint: loading it for another target is an error.
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from specsample.cache import Cache, check_live, consume
+from specsample.core.cache import Cache, check_live, consume
 
 from ._fast import DenseLinear, LlamaLayer, LlamaStack, attention_mask, embed, hf_config
 from ._forward import llama_layers
@@ -246,7 +246,7 @@ class HeadModel:
                        features: bool = False) -> tuple[Tensor | None, Tensor | None, Cache]:
         """`forward` with the logits of one column per row only ([B, V]: row b's at
         columns[b]), or none for `columns` None (a prefill); the head has no features to give
-        (`features` must be False). See `specsample.protocols.SelectiveModel`."""
+        (`features` must be False). See `specsample.core.protocols.SelectiveModel`."""
         if features:
             raise ValueError("features: a draft head gives no features of its own; expected False")
         if not isinstance(tokens, Tensor) or tokens.ndim != 2:

@@ -24,13 +24,14 @@ import torch
 from torch import Tensor, nn
 from transformers import GenerationConfig
 
-from specsample.drafters import ModelDrafter
-from specsample.generate import Generation, Step, finish, run_rounds
-from specsample.options import RunOptions
-from specsample.policy import KPolicy, k_policy
-from specsample.protocols import Drafter
-from specsample.rng import Seed
-from specsample.verifiers import Verifier
+from specsample.core.protocols import Drafter
+from specsample.core.rng import Seed
+from specsample.core.verifiers import Verifier
+from specsample.drafters.model import ModelDrafter
+from specsample.engine.generate import run_rounds
+from specsample.engine.options import RunOptions
+from specsample.engine.policy import KPolicy, k_policy
+from specsample.engine.runs import Generation, Step, finish
 
 from . import loading
 from ._fast import hf_config

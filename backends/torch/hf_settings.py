@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from transformers import GenerationConfig
 
 from specsample._array import check_int
-from specsample.params import SamplingParams
+from specsample.core.params import SamplingParams
 
 __all__ = ["SUPPORTED", "TOLERATED", "HFSettings", "settings"]
 

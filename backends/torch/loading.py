@@ -15,15 +15,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from specsample.config import RATED_K_MAX
-from specsample.draft_names import HEAD_FAN_OUT, compose_drafter, rated_fan_out, split_name
-from specsample.drafters import ModelDrafter
-from specsample.hybrid import PRIOR_ALPHA
-from specsample.lookup import PromptLookupDrafter
-from specsample.params import SamplingParams
-from specsample.policy import fastest_k
-from specsample.protocols import Drafter
-from specsample.suffix import is_suffix_tree_name, suffix_tree
+from specsample.api.config import RATED_K_MAX
+from specsample.api.draft_names import HEAD_FAN_OUT, compose_drafter, rated_fan_out, split_name
+from specsample.core.params import SamplingParams
+from specsample.core.protocols import Drafter
+from specsample.drafters.hybrid import PRIOR_ALPHA
+from specsample.drafters.lookup import PromptLookupDrafter
+from specsample.drafters.model import ModelDrafter
+from specsample.drafters.suffix import is_suffix_tree_name, suffix_tree
+from specsample.engine.policy import fastest_k
 
 from ._fast import hf_config
 from .compat import check_compatible
@@ -192,7 +192,7 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None, fa
         name: "int8" (quantized self-draft), "early-exit:N" (first N layers),
             "lookup" (prompt lookup), "suffix-tree", "suffix-tree:N" or
             "suffix-tree:NxD" (a tree of up to N nodes and D levels from every earlier
-            occurrence of the context's suffix; see `specsample.suffix`; "+memory" at the end also
+            occurrence of the context's suffix; see `specsample.drafters.suffix`; "+memory" at the end also
             matches earlier calls' sequences), "head" or
             "head:FILE" (a feature-level draft head trained for this target: the
             shipped one, or a file; see `head.load_head`; drafting as a chain or as a
@@ -204,7 +204,7 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None, fa
             elsewhere), "auto" or "auto:NAME" (the hybrid whose model drafts only
             where Thm 3.8, with c measured here at load, predicts a speedup), or a
             model draft's name with "@T" (stop at confidence T; see
-            `specsample.draft_names.compose_drafter`).
+            `specsample.api.draft_names.compose_drafter`).
         target: the target model.
         target_tokenizer: needed for a separate draft model only when the target
             was not loaded by `load_target`.
@@ -219,7 +219,7 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None, fa
                            width_cost=_width_cost(target), candidates=AUTO_MODELS)
 
 
-# The models a bare "auto" weighs (`specsample.draft_names.choose_model`): the shipped head where
+# The models a bare "auto" weighs (`specsample.api.draft_names.choose_model`): the shipped head where
 # it was trained for this target, and the int8 self-draft; the one whose one-draft round
 # rates faster here is taken.
 AUTO_MODELS = ("head", "int8")
@@ -228,7 +228,7 @@ AUTO_MODELS = ("head", "int8")
 def rated_k(target: HFModel, drafter: Drafter) -> tuple[int, str] | None:
     """The K to run a model drafter at when none is given, and why: for one that verifies all
     K every round (no confidence threshold), the K in [1, RATED_K_MAX] that Thm 3.8 rates fastest
-    here (`specsample.policy.fastest_k`) from its c and the verify's cost at each width,
+    here (`specsample.engine.policy.fastest_k`) from its c and the verify's cost at each width,
     both measured on this machine, and its prior acceptance (`prior_alpha`, e.g. a head's
     held-out alpha from its card; else `PRIOR_ALPHA`). None for other drafters."""
     if not isinstance(drafter, ModelDrafter) or drafter.threshold is not None:
@@ -248,14 +248,14 @@ def rated_k(target: HFModel, drafter: Drafter) -> tuple[int, str] | None:
 def _fastest_head(drafter: Drafter, target: HFModel) -> Drafter:
     """A head by name in the shape Thm 3.8 rates fastest here: its chain at the best K
     (`fastest_k`, from its card's held-out alpha), or a depth-1 fan-out of its m likeliest
-    tokens (`HeadTreeDrafter`, m by `specsample.draft_names.rated_fan_out` from its card's
+    tokens (`HeadTreeDrafter`, m by `specsample.api.draft_names.rated_fan_out` from its card's
     fan-out hit rates), with c and the verify's cost at each width measured on this machine.
     A head whose card gives no fan-out hit rates drafts its chain. "head@T", "hybrid:head"
     and "auto:head" keep the chain form they build on."""
     hits = getattr(drafter, "fan_out_hits", None)
     if hits is None or not isinstance(drafter, ModelDrafter):
         return drafter
-    from specsample.feature import HeadTreeDrafter
+    from specsample.drafters.head import HeadTreeDrafter
 
     c, width = _cost_ratio(target, drafter), _width_cost(target)
     alpha = float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
@@ -274,8 +274,8 @@ def _fastest_head(drafter: Drafter, target: HFModel) -> Drafter:
 
 def _width_cost(target: HFModel) -> Callable[[int, int], float]:
     """(batch, width) -> a target forward's cost at that width over one position, measured on
-    this machine when first asked (`specsample.bench.cost.WidthCost`, a 64-token context)."""
-    from specsample.bench.cost import WidthCost
+    this machine when first asked (`specsample.engine.cost.WidthCost`, a 64-token context)."""
+    from specsample.engine.cost import WidthCost
 
     measure = WidthCost(target, (torch.arange(1, 65, device=target.device) % target.vocab_size)[None, :])
 
@@ -287,7 +287,7 @@ def _width_cost(target: HFModel) -> Callable[[int, int], float]:
 
 def _cost_ratio(target: HFModel, drafter: ModelDrafter) -> float:
     """c of `drafter` against `target` on this machine (medians of 9 timed steps each, in turn)."""
-    from specsample.bench.cost import measure_cost_ratio
+    from specsample.engine.cost import measure_cost_ratio
 
     prompt = (torch.arange(1, 33, device=target.device) % target.vocab_size)[None, :]
     with torch.no_grad():
@@ -302,7 +302,7 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
     if is_suffix_tree_name(name):
         return suffix_tree(name)  # type: ignore[return-value]
     if name == "head" or name.startswith("head:"):
-        from specsample.feature import HeadDrafter
+        from specsample.drafters.head import HeadDrafter
 
         from .head import SHIPPED, HeadModel, head_fan_out, head_prior, load_head
 
@@ -312,7 +312,7 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
         drafter.fan_out_hits = head_fan_out(path)  # type: ignore[attr-defined]
         return drafter
     if name == "head-tree" or name.startswith("head-tree:"):
-        from specsample.feature import HeadDrafter, HeadTreeDrafter
+        from specsample.drafters.head import HeadDrafter, HeadTreeDrafter
 
         from .head import SHIPPED, HeadModel, head_fan_out, load_head
 

@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 from transformers.cache_utils import Cache as HFCache
 
-from specsample.cache import Cache, check_live, consume, rollback
-from specsample.protocols import check_columns
+from specsample.core.cache import Cache, check_live, consume, rollback
+from specsample.core.protocols import check_columns
 
 from ._fast import (
     SMALL_ROWS,
@@ -202,7 +202,7 @@ class HFModel:
         """Logits [B, T, V] (float32, or float64 for a float64 model) for tokens [B, T].
 
         The K/V buffers of `cache` are updated in place: the forward consumes
-        `cache` (see `specsample.cache`); use the returned one, whose lengths are
+        `cache` (see `specsample.core.cache`); use the returned one, whose lengths are
         advanced by T.
         """
         logits, _, cache = self._run(tokens, cache, features=False)
@@ -220,7 +220,7 @@ class HFModel:
                        features: bool = False) -> tuple[Tensor | None, Tensor | None, Cache]:
         """`forward` with the logits of one column per row only ([B, V]: row b's at
         columns[b]), or none for `columns` None (a prefill); with `features`, also every
-        column's features [B, T, D] (`specsample.protocols.SelectiveModel`). The output head
+        column's features [B, T, D] (`specsample.core.protocols.SelectiveModel`). The output head
         reads only the selected columns' features, so the logits are `forward`'s there."""
         logits, hidden, cache = self._run(tokens, cache, features=features,
                                           select=NO_LOGITS if columns is None else columns)

@@ -24,8 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from specsample._array import check_int
-from specsample.generate import Step
-from specsample.shard import join
+from specsample.core.shard import join
+from specsample.engine.runs import Step
 
 __all__ = ["PROCESS_GROUPS", "TensorParallel", "check_divides", "local", "plan", "start"]
 

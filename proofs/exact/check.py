@@ -26,7 +26,7 @@ import numpy as np
 from specsample_backends.reference import NGramModel, random_ngram
 
 from specsample import sample, verify, verify_block
-from specsample.drafters import confidence_lengths
+from specsample.drafters.model import confidence_lengths
 from specsample.testing import autoregressive_law, block_thresholds
 
 Law = dict[tuple[int, ...], Fraction]

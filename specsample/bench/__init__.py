@@ -9,7 +9,6 @@ and `specsample.cli` prints the tables. Heavy libraries (torch, transformers,
 matplotlib) are imported when a function runs.
 """
 
-from specsample.bench.cost import measure_cost_ratio, next_logits, policy_with_cost
 from specsample.bench.greedy import TIE_GAP, GreedyPlan, GreedyReport, greedy
 from specsample.bench.measure import MEMORY_GROWTH_MIB, batch, memory, rss_mib
 from specsample.bench.models import (
@@ -37,6 +36,7 @@ from specsample.bench.stats import (
     throughput,
 )
 from specsample.bench.summary import summarise
+from specsample.engine.cost import measure_cost_ratio, next_logits
 
 __all__ = [
     "BATCH_PROMPTS", "MEMORY_GROWTH_MIB", "MEMORY_PROMPT", "NO_PROGRESS", "PROMPTS", "TIE_GAP",
@@ -45,6 +45,6 @@ __all__ = [
     "greedy",
     "greedy_prompts", "hf_generate", "hf_sampling", "hf_variants", "int8_assistant",
     "machine", "measure_cost_ratio", "median_rate", "memory", "merge_metrics", "methods", "models",
-    "next_logits", "paired_interval", "plot_models", "policy_with_cost", "quantile", "rss_mib", "run_all",
+    "next_logits", "paired_interval", "plot_models", "quantile", "rss_mib", "run_all",
     "summarise", "throughput", "write_json", "write_models",
 ]

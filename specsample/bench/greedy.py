@@ -6,11 +6,11 @@ import dataclasses
 from typing import Any
 
 from specsample._array import check_int
-from specsample.bench.cost import next_logits
+from specsample.api.runner import Runner, encode_text
 from specsample.bench.progress import NO_PROGRESS, Progress
 from specsample.bench.prompts import greedy_prompts
-from specsample.params import SamplingParams
-from specsample.runner import Runner, encode_text
+from specsample.core.params import SamplingParams
+from specsample.engine.cost import next_logits
 
 __all__ = ["TIE_GAP", "GreedyPlan", "GreedyReport", "greedy"]
 

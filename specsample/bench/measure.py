@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from specsample._array import check_int
+from specsample.api.runner import Runner, encode_text
 from specsample.bench.progress import NO_PROGRESS, Progress
 from specsample.bench.prompts import BATCH_PROMPTS, MEMORY_PROMPT
 from specsample.bench.stats import merge_metrics
-from specsample.params import SamplingParams
-from specsample.runner import Runner, encode_text
+from specsample.core.params import SamplingParams
 
 __all__ = ["MEMORY_GROWTH_MIB", "batch", "memory", "rss_mib"]
 

@@ -10,18 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from specsample._array import check_int
-from specsample.bench.cost import measure_cost_ratio
+from specsample.api.runner import Runner, encode_text, load
 from specsample.bench.output import compiled_graphs, machine, write_json
 from specsample.bench.peers import HFVariant, hf_generate, hf_module, hf_variants, quiet_transformers
 from specsample.bench.plots import plot_models
 from specsample.bench.progress import NO_PROGRESS, Progress
 from specsample.bench.prompts import PROMPTS
 from specsample.bench.summary import summarise
-from specsample.generate import Generation
-from specsample.hybrid import HybridDrafter
-from specsample.metrics import Metrics
-from specsample.params import SamplingParams
-from specsample.runner import Runner, encode_text, load
+from specsample.core.metrics import Metrics
+from specsample.core.params import SamplingParams
+from specsample.drafters.hybrid import HybridDrafter
+from specsample.engine.cost import measure_cost_ratio
+from specsample.engine.runs import Generation
 
 __all__ = ["Method", "ModelsPlan", "ModelsReport", "Setting", "UnsummarisedRuns", "methods", "models",
            "run_all", "setting_label", "setting_params", "write_models"]

@@ -9,10 +9,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from specsample.draft_names import split_name
-from specsample.hybrid import HybridDrafter
-from specsample.params import SamplingParams
-from specsample.protocols import Drafter, Model
+from specsample.api.draft_names import split_name
+from specsample.core.params import SamplingParams
+from specsample.core.protocols import Drafter, Model
+from specsample.drafters.hybrid import HybridDrafter
 
 __all__ = ["HFVariant", "hf_generate", "hf_module", "hf_sampling", "hf_variants", "int8_assistant",
            "quiet_transformers"]

@@ -1,4 +1,4 @@
-"""The benchmarks' built-in prompts (user messages; `specsample.runner.encode_text` formats them)."""
+"""The benchmarks' built-in prompts (user messages; `specsample.api.runner.encode_text` formats them)."""
 
 from __future__ import annotations
 

@@ -20,16 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from specsample._array import check_int
+from specsample.api.runner import Runner
 from specsample.bench.progress import NO_PROGRESS, Progress
 from specsample.bench.prompts import PROMPTS
 from specsample.bench.stats import bootstrap_interval
-from specsample.benchcore import timings
-from specsample.cache import rollback
-from specsample.lookup import PromptLookupDrafter
-from specsample.params import SamplingParams
-from specsample.protocols import forward_select
-from specsample.runner import Runner
-from specsample.suffix import SuffixTreeDrafter
+from specsample.core.cache import rollback
+from specsample.core.params import SamplingParams
+from specsample.core.protocols import forward_select
+from specsample.drafters.lookup import PromptLookupDrafter
+from specsample.drafters.suffix import SuffixTreeDrafter
+from specsample.engine.cost import timings
 
 __all__ = ["TreePlan", "VerifierPlan", "plot_trees", "trees", "verifiers"]
 

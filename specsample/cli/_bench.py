@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from specsample import bench
-from specsample.benchcore import WARPS, bench_verify, bench_warp
+from specsample.api.runner import Runner, load
+from specsample.bench.core import WARPS, bench_verify, bench_warp
 from specsample.cli._progress import Bars
 from specsample.cli.options import SAMPLING, add_model_options, config_from_args, refuse_unused
-from specsample.runner import Runner, load
 
 __all__ = ["add_parser", "models_table", "run_models", "show_models"]
 

@@ -13,17 +13,19 @@ import numpy as np
 from tqdm import tqdm
 
 from specsample._array import host_array
-from specsample.backend import CoreBackend
+from specsample.api.backend import CoreBackend
+from specsample.api.config import DEFAULT_K, Config
+from specsample.api.runner import Runner, load
 from specsample.bench import next_logits
 from specsample.cli.options import add_model_options, config_from_args, sampling_given
-from specsample.config import DEFAULT_K, Config
-from specsample.drafters import ModelDrafter
-from specsample.hybrid import HybridDrafter
-from specsample.params import SamplingParams
-from specsample.protocols import FeatureDrafter, reads_features
-from specsample.runner import Runner, load
-from specsample.shard import Shard, join
-from specsample.suffix import is_suffix_tree_name
+from specsample.core.params import SamplingParams
+from specsample.core.protocols import FeatureDrafter, TreeDrafter, reads_features
+from specsample.core.shard import Shard, join
+from specsample.core.verifiers import get_verifier
+from specsample.core.warp import warp
+from specsample.drafters.hybrid import HybridDrafter
+from specsample.drafters.model import ModelDrafter
+from specsample.drafters.suffix import is_suffix_tree_name
 from specsample.testing import (
     FitResult,
     HomogeneityResult,
@@ -33,9 +35,6 @@ from specsample.testing import (
     samples_needed_two_sample,
     tree_samples,
 )
-from specsample.tree import TreeDrafter
-from specsample.verifiers import get_verifier
-from specsample.warp import warp
 
 PROMPT = "The best thing about summer is"  # a first token with spread at T=1 and under top-p 0.9
 # For drafters that copy from the context (suffix trees): its suffix recurs, so rounds draft.

@@ -10,13 +10,13 @@ import numpy as np
 
 import specsample
 from specsample import bench
+from specsample.api.config import AUTO_K, Config
+from specsample.api.registry import get_backend
 from specsample.cli._bench import show_models
 from specsample.cli._generate import generate_text
 from specsample.cli._progress import Bars
 from specsample.cli.options import DEFAULT_DRAFT, DEFAULT_TARGET, load_config
-from specsample.config import AUTO_K, Config
-from specsample.generate import iterate
-from specsample.registry import get_backend
+from specsample.engine.generate import iterate
 from specsample.testing import autoregressive_law, goodness_of_fit
 
 __all__ = ["add_parser", "model_demo", "toy_demo"]

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specsample.api.config import Config
 from specsample.cli._progress import Bars
 from specsample.cli.options import DEFAULT_TARGET
-from specsample.config import Config
-from specsample.feature import DistillPlan
+from specsample.drafters.head import DistillPlan
 
 __all__ = ["add_parser"]
 

@@ -10,11 +10,11 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from specsample.bench import measure_cost_ratio, policy_with_cost
+from specsample.api.runner import Runner, load
+from specsample.bench import measure_cost_ratio
 from specsample.cli.options import add_model_options, config_from_args
-from specsample.generate import Step
-from specsample.metrics import Metrics
-from specsample.runner import Runner, load
+from specsample.core.metrics import Metrics
+from specsample.engine.runs import Step
 
 __all__ = ["add_parser", "generate_text"]
 
@@ -77,7 +77,7 @@ def generate_text(runner: Runner, prompts: Sequence[str], max_new: int, *, strea
     ids, lengths = runner.encode(list(prompts))
     rows = [int(n) for n in lengths]
     c = measure_cost_ratio(runner.target, runner.drafter, ids[:1, :rows[0]], config.params())
-    steps = runner.iterate(ids, max_new_tokens=max_new, k=policy_with_cost(config, c), prompt_lengths=lengths)
+    steps = runner.iterate(ids, max_new_tokens=max_new, k=config.policy(measured_c=c), prompt_lengths=lengths)
     began = time.perf_counter()
     if stream:
         print(f"> {prompts[0]}")

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specsample.config import ENV_PREFIX, Config
+from specsample.api.config import ENV_PREFIX, Config
 
 if sys.version_info >= (3, 11):
     import tomllib

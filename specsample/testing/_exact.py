@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
 from specsample._array import check_int
-from specsample.metrics import expected_tokens_per_round as tokens_per_round
+from specsample.core.metrics import expected_tokens_per_round as tokens_per_round
 
 __all__ = ["accepted_length_law", "autoregressive_law", "block_thresholds", "exact_round_law",
            "exact_sequence_law", "expected_tokens_per_round"]

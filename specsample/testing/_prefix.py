@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from specsample._array import Array, check_int, device, namespace
-from specsample.cache import Cache
-from specsample.protocols import Model
+from specsample.core.cache import Cache
+from specsample.core.protocols import Model
 
 __all__ = ["Key", "LawFn", "PrefixLaws"]
 

@@ -30,14 +30,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specsample._array import Array, check_int, device, host_array, namespace
-from specsample.params import SamplingParams
-from specsample.protocols import Model, reads_features
-from specsample.rng import Stream, round_uniforms, uniforms
-from specsample.sample import sample
+from specsample.core.params import SamplingParams
+from specsample.core.protocols import Model, reads_features
+from specsample.core.rng import Stream, round_uniforms, uniforms
+from specsample.core.sample import sample
+from specsample.core.verifiers import VERIFIERS, tree_rule
+from specsample.core.verify import Verdict, verify
+from specsample.core.verify_tree import verify_tree
+from specsample.core.warp import warp
+from specsample.drafters.hybrid import HybridDrafter
+from specsample.drafters.model import token_confidence
 from specsample.testing._prefix import Key, PrefixLaws
-from specsample.verify import Verdict, verify
-from specsample.verify_tree import verify_tree
-from specsample.warp import warp
 
 __all__ = ["tree_samples"]
 
@@ -144,8 +147,6 @@ def _confidence(draft: PrefixLaws, keys: list[Key], tokens: NDArray[np.int64], b
     """The draft's confidence in each drafted token (`token_confidence`, in the logits' dtype),
     read from the logits after the prefix it was drafted after (the draft table's third
     array): [A]."""
-    from specsample.drafters import token_confidence  # the drafters sit above the testing kit
-
     parts = []
     for s in range(0, len(keys), batch):
         logits = draft.column(keys[s:s + batch], 2)
@@ -291,14 +292,14 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         n: rows per method, >= 1.
         k: draft tokens per round, >= 1.
         params: the sampling parameters of both methods.
-        seed: the key of every uniform, drawn from `specsample.rng` per row: row b's draws
+        seed: the key of every uniform, drawn from `specsample.core.rng` per row: row b's draws
             depend only on (seed, stream, step, b), and the two methods use disjoint
             streams, so any split of the rows into calls gives the same samples.
         length: tokens per row, >= 1.
         first_row: the global index of the first row (the rows are first_row ..
             first_row + n - 1), for a call that computes one shard of a larger sample.
         verifier: the acceptance rule (for a tree drafter a tree rule; a chain rule of
-            `specsample.verifiers.VERIFIERS` then means `verify_tree`, as in `generate`).
+            `specsample.core.verifiers.VERIFIERS` then means `verify_tree`, as in `generate`).
             A tree drafter's memory (a suffix tree's earlier calls) is used as it stands.
         lookahead: how many positions past its own the rule reads (0 for `verify`); laws
             after up to length - 1 + lookahead ids are then computed exactly.
@@ -313,8 +314,6 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
     """
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params: expected SamplingParams, got {type(params).__name__}")
-    from specsample.hybrid import HybridDrafter  # the drafters sit above the testing kit
-
     lookup = None
     if isinstance(drafter, HybridDrafter):
         if drafter.cost_ratio is not None:
@@ -353,9 +352,6 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
     p = PrefixLaws(target, prompt, target_law, depth=cut)
     q = None if tree else PrefixLaws(model, prompt, draft_law, depth=cut)  # type: ignore[arg-type]
     if tree:
-        from specsample.tree import tree_rule  # the round module sits above the testing kit
-        from specsample.verifiers import VERIFIERS
-
         check_int("drafter.nodes", drafter.nodes, 1)
         check_int("drafter.depth", drafter.depth, 1)
         chain = any(verifier is rule for rule in VERIFIERS.values())  # a tree has one rule

@@ -12,20 +12,21 @@ import dataclasses
 from collections.abc import Callable
 
 from specsample._array import Array, namespace
-from specsample.drafters import ModelDrafter, confidence_lengths
-from specsample.params import SamplingParams
-from specsample.protocols import Model
-from specsample.sample import sample
-from specsample.verify import Verdict, assemble, final_token, num_accepted, token_probs, verify
-from specsample.verify_block import (
+from specsample.core.params import SamplingParams
+from specsample.core.protocols import Model
+from specsample.core.sample import sample
+from specsample.core.verifiers import register_tree_rule
+from specsample.core.verify import Verdict, assemble, final_token, num_accepted, token_probs, verify
+from specsample.core.verify_block import (
     block_accepted,
     block_final_token,
     block_weights,
     draft_laws,
     last_passed,
 )
-from specsample.verify_tree import TreeVerdict, check_parents, tree_depth, tree_walk
-from specsample.warp import warp
+from specsample.core.verify_tree import TreeVerdict, check_parents, tree_depth, tree_walk
+from specsample.core.warp import warp
+from specsample.drafters.model import ModelDrafter, confidence_lengths
 
 __all__ = ["DRAFTERS", "LOOKAHEAD", "TREE_VERIFIERS", "VERIFIERS", "DroppingDrafter", "MisreportingDrafter",
            "accept_if_le",
@@ -173,6 +174,8 @@ tree_q_one = _tree(lambda q, one_hot: (one_hot, q))
 
 TREE_VERIFIERS: dict[str, Callable[..., TreeVerdict]] = {
     "tree-without-residual": tree_without_residual, "tree-q-one": tree_q_one}
+for _name, _rule in TREE_VERIFIERS.items():
+    register_tree_rule(_name, _rule)  # a run may name them as its verifier (negative controls)
 
 
 def with_draft_lengths(rule: Callable[..., Verdict]) -> Callable[..., Verdict]:
