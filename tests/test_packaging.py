@@ -1,8 +1,10 @@
-"""The built wheel: `backends/` ships as `specsample_backends`, and every backend imports from it."""
+"""The built wheel: `backends/` ships as `specsample_backends`, every backend imports from it,
+and its metadata requires the core's few libraries, the optional ones in extras."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -114,3 +116,24 @@ def test_wheel_ships_the_draft_head_and_its_card(wheel: Path) -> None:
     names = _names(wheel)
     for suffix in (".safetensors", ".json"):
         assert f"specsample_backends/torch/heads/smollm2-135m-instruct{suffix}" in names
+
+
+def test_wheel_requires_only_the_core_and_puts_scipy_and_numba_in_extras(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(n for n in _names(wheel) if n.endswith(".dist-info/METADATA"))).decode()
+    requires = [line.partition(":")[2].strip() for line in metadata.splitlines()
+                if line.startswith("Requires-Dist:")]
+    extras = {line.partition(":")[2].strip() for line in metadata.splitlines()
+              if line.startswith("Provides-Extra:")}
+
+    def names(extra: str | None) -> set[str]:
+        """The distributions required with `extra` (None: always)."""
+        marker = None if extra is None else f'extra == "{extra}"'
+        return {re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower() for r in requires
+                if (marker is None and "extra ==" not in r) or (marker is not None and marker in r)}
+
+    assert names(None) == {"numpy", "array-api-compat", "tqdm", "tomli"}
+    assert {"fast", "testing", "hf", "dev"} <= extras
+    assert names("fast") == {"numba"} and names("testing") == {"scipy"}
+    assert {"scipy", "numba", "safetensors", "transformers"} <= names("hf")
+    assert {"scipy", "numba"} <= names("dev")
