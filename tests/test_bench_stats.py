@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import statistics
+import warnings
 
 import numpy as np
 import pytest
 
 from specsample import bench
-from specsample.metrics import Metrics, tally
+from specsample.core.metrics import Metrics, tally
 
 
 def test_quantile_interpolates_between_order_statistics() -> None:
@@ -26,6 +27,9 @@ def test_bootstrap_interval_is_reproducible_and_brackets_the_median() -> None:
     values = [10.0, 11.0, 9.5, 10.5, 30.0, 10.2, 9.8]
     low, high = bench.bootstrap_interval(values)
     assert (low, high) == bench.bootstrap_interval(values)  # the same seed, the same interval
+    mean = statistics.fmean  # a statistic of continuous values: another seed moves its ends
+    assert bench.bootstrap_interval(values, statistic=mean, seed=1) == bench.bootstrap_interval(
+        values, statistic=mean, seed=1) != bench.bootstrap_interval(values, statistic=mean, seed=2)
     assert low <= statistics.median(values) <= high
     assert min(values) <= low and high <= max(values)
     assert bench.bootstrap_interval([5.0]) == (5.0, 5.0)
@@ -45,6 +49,15 @@ def test_bootstrap_interval_covers_the_true_median() -> None:
         low, high = bench.bootstrap_interval(sample, confidence=0.9, resamples=300, seed=i)
         covered += low <= 0.0 <= high
     assert covered >= 160
+
+
+def test_one_replicate_gives_a_point_and_no_warning() -> None:
+    # scipy's standard error of one replicate is undefined; the interval does not read it.
+    values = [10.0, 11.0, 9.5, 10.5, 30.0, 10.2, 9.8]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        low, high = bench.bootstrap_interval(values, resamples=1, seed=4)
+    assert low == high and low in values  # the median of one resample of 7 values
 
 
 def test_bootstrap_interval_rejects_bad_arguments() -> None:

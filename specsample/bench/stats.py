@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from specsample._array import check_int
-from specsample.metrics import Metrics
+from specsample.core.metrics import Metrics
 
 __all__ = ["best_variant", "bootstrap_interval", "median_rate", "merge_metrics", "paired_interval",
            "quantile", "throughput"]
@@ -38,28 +39,40 @@ def bootstrap_interval(values: Sequence[float], *,
                        statistic: Callable[[Sequence[float]], float] = statistics.median,
                        confidence: float = 0.95, resamples: int = 2000,
                        seed: int = 0) -> tuple[float, float]:
-    """A percentile bootstrap interval of `statistic` over `values` (resampled with replacement).
+    """A percentile bootstrap interval of `statistic` over `values` (resampled with replacement,
+    by `scipy.stats.bootstrap`; scipy is the `testing` extra).
 
     Args:
         values: the observations (e.g. tokens/s of each run).
-        statistic: what is estimated (default: the median).
+        statistic: what is estimated (default: the median), called on a list of floats.
         confidence: the interval's nominal coverage, in (0, 1).
         resamples: bootstrap replicates (>= 1).
         seed: the resampling key (the interval is reproducible).
 
     Returns:
-        (low, high). With one value both ends are that value.
+        (low, high). With one value both ends are the statistic of that value.
     """
     data = _values("values", values)
     if not 0 < confidence < 1:
         raise ValueError(f"confidence: expected a value in (0, 1), got {confidence}")
     check_int("resamples", resamples, 1)
     check_int("seed", seed, 0)
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(data), size=(resamples, len(data)))
-    stats = [float(statistic([data[i] for i in row])) for row in picks]
-    tail = (1 - confidence) / 2
-    return quantile(stats, tail), quantile(stats, 1 - tail)
+    if len(data) == 1:  # every resample is the one value (scipy asks for two)
+        point = float(statistic(data))
+        return point, point
+    try:
+        from scipy.stats import bootstrap
+    except ImportError as err:
+        raise ImportError("bootstrap_interval: needs scipy, which specsample installs only with an "
+                          "extra: pip install 'specsample[testing]'") from err
+    with warnings.catch_warnings():
+        # scipy also returns the replicates' standard error (ddof=1), unread here: NumPy's
+        # variance warns when there is one replicate.
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"numpy\.(_core|core)\._methods")
+        result = bootstrap((np.asarray(data),), lambda sample: float(statistic(sample.tolist())),
+                           n_resamples=resamples, vectorized=False, confidence_level=confidence,
+                           method="percentile", rng=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 Runs = Sequence[Mapping[str, Any]]
