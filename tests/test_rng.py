@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specsample import rng
-from specsample.rng import Stream, philox4x32, round_uniforms, uniforms
+from specsample.core import rng
+from specsample.core.rng import Stream, philox4x32, round_uniforms, uniforms
 
 
 def test_shape_dtype_and_range() -> None:
@@ -77,6 +77,25 @@ def test_like_torch_returns_torch_float64() -> None:
     assert isinstance(uniforms(1, 2, 3, 4, like=torch.zeros(1, dtype=torch.int64)), torch.Tensor)
 
 
+@pytest.mark.parametrize("seed", [0, 2**64 - 1, [5, 2**40, 0]])
+@pytest.mark.parametrize("step", [0, 2**32 - 1])
+@pytest.mark.parametrize("stream", [Stream.SPECULATIVE, Stream.PLAIN, Stream.FINAL])
+def test_torch_draws_are_the_numpy_bits(seed: object, step: int, stream: int) -> None:
+    # A torch `like` takes the same Philox words as NumPy for every (seed, step, row, stream):
+    # the few-block (Python integers) and vectorised paths, and the round's layout.
+    torch = pytest.importorskip("torch")
+    like = torch.zeros(1)
+    ids = None if isinstance(seed, list) else np.array([4, 0, 2**32 - 1])
+    for width in (3, 2 * rng._FEW_BLOCKS + 5):
+        want = uniforms(seed, step, 3, width, stream=stream, row_ids=ids)  # type: ignore[arg-type]
+        got = uniforms(seed, step, 3, width, stream=stream, like=like, row_ids=ids)  # type: ignore[arg-type]
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float64
+        assert np.array_equal(got.numpy().view(np.uint64), want.view(np.uint64))
+    got = round_uniforms(seed, step, 3, 4, like=like, row_ids=ids)  # type: ignore[arg-type]
+    assert np.array_equal(got.numpy().view(np.uint64),
+                          round_uniforms(seed, step, 3, 4, row_ids=ids).view(np.uint64))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
     ({"seed": -1}, ValueError, r"seed: expected an int in \[0, 18446744073709551616\), got -1"),
     ({"seed": 2**64}, ValueError, r"seed: expected an int in \[0, \d+\), got 18446744073709551616"),
@@ -119,6 +138,8 @@ def test_philox4x32_known_answers(counter: tuple[int, ...], key: tuple[int, int]
     assert [int(x) for x in block] == list(expected)
     batched = philox4x32(np.array([counter, counter], dtype=np.uint32), key)
     assert batched.shape == (2, 4) and [int(x) for x in batched[1]] == list(expected)
+    # The Python-integer block that small draws take gives the same answers.
+    assert rng._philox_block(*counter, *key) == expected
 
 
 def test_uniforms_are_53_bit_doubles_from_philox_words() -> None:

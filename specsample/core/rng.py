@@ -1,4 +1,9 @@
-"""Counter-based uniforms: randomness is data, drawn from an explicit key."""
+"""Counter-based uniforms: randomness is data, drawn from an explicit key.
+
+The generator is Philox4x32-10 (Random123's known answers hold it in `tests/test_rng.py`),
+written here in NumPy and Python integers: `numpy.random.Philox` is Philox4x64-10, another
+stream, so taking it would change every uniform and every recorded token.
+"""
 
 from __future__ import annotations
 
