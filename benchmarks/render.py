@@ -158,8 +158,8 @@ def render_batch(payload: Record) -> Lines:
     lines = [f"Backend `{settings.get('backend')}`, target `{settings.get('target')}`, drafter "
              f"`{record.get('draft', settings.get('draft'))}`, K = {record.get('k')}; greedy, "
              f"{record.get('rows')} ragged prompts, {record.get('max_new_tokens')} new tokens each, "
-             f"medians of {record.get('repeats')} runs in turn. Batched rows equal to the same prompt "
-             f"alone: {record.get('rows_equal')}/{record.get('rows_compared')}.", ""]
+             f"repeats: {record.get('repeats')} (medians; the methods in turn). Batched rows equal to "
+             f"the prompt alone: {record.get('rows_equal')}/{record.get('rows_compared')}.", ""]
     rows = [[str(s.get("batch")), _fmt(s.get("tokens_per_s"), ".1f"),
              _fmt(s.get("tokens_per_s_plain"), ".1f"), _fmt_ratio(s.get("speedup_vs_plain")),
              ", ".join(f"{x:.2f}" for x in s.get("speedups", [])), _fmt(s.get("acceptance_rate"), ".2f")]
