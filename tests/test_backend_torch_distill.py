@@ -89,14 +89,15 @@ def test_distill_is_seeded_learns_and_loads(tmp_path, tiny: HFModel) -> None:  #
                        generate_plain(tiny, ids, max_new_tokens=8, params=greedy).sequences)
     assert head.fc.weight.dtype == torch.float32  # stored as float16, loaded in the target's dtype
     # By name, the head drafts as the chain or the fan-out that rates faster here, and says so.
-    assert "the head's chain: " in drafter.choice or "the head's fan-out: " in drafter.choice  # type: ignore[attr-defined]
+    note = drafter.rating.note  # type: ignore[attr-defined]
+    assert note.startswith(("the head's chain: ", "the head's fan-out: "))
     drafter = loading._named_drafter(f"head:{tmp_path / '0.safetensors'}", tiny, None)
     # `auto` weighs a head with its card's held-out alpha as the prior (none: 0.5; bad: an error).
-    assert drafter.prior_alpha == cards[0]["held_out_alpha"]["all"]  # type: ignore[attr-defined]
+    assert drafter.rating.prior_alpha == cards[0]["held_out_alpha"]["all"]  # type: ignore[attr-defined]
     # ... and fans it out as its held-out hit rates of m = 1..8 candidates say (none: None).
     hits = cards[0]["held_out_fan_out"]
     assert set(hits) == {"all", "open", "grounded"} and all(len(v) == FAN_OUT_NODES for v in hits.values())
-    assert drafter.fan_out_hits == tuple(hits["all"])  # type: ignore[attr-defined]
+    assert drafter.rating.fan_out_hits == tuple(hits["all"])  # type: ignore[attr-defined]
     assert all(0 <= a <= b <= 1 for v in hits.values() for a, b in itertools.pairwise(v))
     card = json.loads((tmp_path / "0.json").read_text())
     card.pop("held_out_fan_out")

@@ -3,19 +3,22 @@ and a head's fan-out from measured costs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from specsample_backends.reference import random_ngram
 
-from specsample.api.draft_names import (
-    HEAD_FAN_OUT_MAX,
-    _prior,
-    compose_drafter,
-    rated_fan_out,
-    split_name,
-)
-from specsample.drafters.hybrid import PRIOR_ALPHA, HybridDrafter
+from specsample.api.draft_names import DraftSpec, compose_drafter, split_name
+from specsample.drafters.hybrid import HybridDrafter
 from specsample.drafters.lookup import PromptLookupDrafter
-from specsample.drafters.model import ModelDrafter
+from specsample.drafters.model import DraftRating, ModelDrafter
+from specsample.engine.scheduler import HEAD_FAN_OUT_MAX, PRIOR, Prior, Scheduler, rated_fan_out
+from specsample.engine.scheduler import prior_of as _prior
+
+
+def _gate(drafter: HybridDrafter) -> Scheduler:
+    assert isinstance(drafter.scheduler, Scheduler)
+    return drafter.scheduler
 
 
 def _models():  # type: ignore[no-untyped-def]
@@ -72,10 +75,10 @@ def test_a_heads_fan_out_is_rated_over_at_most_the_largest_fan_out() -> None:
 def test_a_drafters_prior_is_its_fan_out_hit_rate_else_its_alpha_else_the_default() -> None:
     target, _ = _models()
     drafter = ModelDrafter(target)
-    assert _prior(drafter) == PRIOR_ALPHA
-    drafter.prior_alpha = 0.25  # type: ignore[attr-defined]
+    assert _prior(drafter) == PRIOR.alpha
+    drafter = ModelDrafter(target, rating=DraftRating(prior_alpha=0.25))
     assert _prior(drafter) == 0.25 and _prior(drafter, 2) == 0.25
-    drafter.fan_out_hits = (0.3, 0.5)  # type: ignore[attr-defined]
+    drafter = ModelDrafter(target, rating=DraftRating(prior_alpha=0.25, fan_out_hits=(0.3, 0.5)))
     assert _prior(drafter, 2) == 0.5 and _prior(drafter, 3) == 0.25 and _prior(drafter) == 0.25
 
 
@@ -84,8 +87,7 @@ def test_bare_auto_chooses_the_model_whose_one_draft_round_rates_fastest() -> No
     prior beats a dear one with a high prior, and loses once it costs more; a candidate that
     does not load is left out and said so; the chosen prior is the model's."""
     target, draft = _models()
-    cheap, dear = ModelDrafter(draft), ModelDrafter(target)
-    cheap.prior_alpha = 0.3  # type: ignore[attr-defined]
+    cheap, dear = ModelDrafter(draft, rating=DraftRating(prior_alpha=0.3)), ModelDrafter(target)
 
     def load(name: str) -> ModelDrafter:
         if name == "missing":
@@ -98,16 +100,40 @@ def test_bare_auto_chooses_the_model_whose_one_draft_round_rates_fastest() -> No
                                width_cost=lambda batch, width: 1.05)
 
     chosen = pick({"cheap": 0.1, "dear": 0.8})  # 1.3 / 1.15 = 1.13 against 1.8 / 1.85 = 0.97
-    assert chosen.model is cheap and chosen.prior == (0.3, 8.0) and chosen.cost_ratio == 0.1
+    assert chosen.model is cheap and _gate(chosen).prior == Prior(0.3, 8.0)
+    assert _gate(chosen).cost_ratio == 0.1
     assert "chose cheap" in chosen.describe(4) and "left out: missing (no such head)" in chosen.describe(4)
     # Negative control: the same cheap draft at c = 0.5 (1.3 / 1.55 = 0.84) loses.
     chosen = pick({"cheap": 0.5, "dear": 0.8})
-    assert chosen.model is dear and chosen.prior == (0.8, 8.0) and "chose dear" in chosen.describe(4)
+    assert chosen.model is dear and _gate(chosen).prior == PRIOR and "chose dear" in chosen.describe(4)
     # "auto:NAME" and "auto@T" keep their model.
     named = compose_drafter("auto:cheap", load, default_model="dear", candidates=("dear",),
                             cost=lambda d: 0.1)
-    assert isinstance(named, HybridDrafter) and named.model is cheap and named.choice is None
-    assert named.prior == (0.3, 8.0)  # the drafter's own prior, as when `auto` chooses it
-    assert compose_drafter("auto:dear", load, default_model="dear", cost=lambda d: 0.1).prior == (0.8, 8.0)
+    assert isinstance(named, HybridDrafter) and named.model is cheap and _gate(named).choice is None
+    assert _gate(named).prior == Prior(0.3, 8.0)  # the drafter's own prior, as when `auto` chooses it
+    assert _gate(compose_drafter("auto:dear", load, default_model="dear", cost=lambda d: 0.1)).prior == PRIOR
     with pytest.raises(ValueError, match="candidates: none loads for this target: missing"):
         compose_drafter("auto", load, default_model="dear", candidates=("missing",), cost=lambda d: 0.1)
+
+
+@pytest.mark.parametrize(("name", "spec"), [
+    ("lookup", DraftSpec(model="lookup")),
+    ("auto", DraftSpec(kind="auto")),
+    ("hybrid:int8@0.4", DraftSpec(kind="hybrid", model="int8", threshold=0.4)),
+    ("auto:early-exit:10", DraftSpec(kind="auto", model="early-exit:10")),
+])
+def test_a_name_parses_into_its_spec_and_back(name: str, spec: DraftSpec) -> None:
+    assert DraftSpec.parse(name) == spec and spec.name == name
+    assert DraftSpec.from_dict(dataclasses.asdict(spec)) == spec
+
+
+@pytest.mark.parametrize(("values", "match"), [
+    ({"kind": "fast"}, "draft.kind: expected one of hybrid, auto or none, got 'fast'"),
+    ({}, "draft.model: expected a drafter name where no kind is given"),
+    ({"model": "head", "threshold": 1.5}, r"draft.threshold: expected a number in \(0, 1\), got 1.5"),
+    ({"model": ""}, "draft.model: expected a non-empty drafter name"),
+    ({"model": "head", "depth": 3}, r"draft: unknown keys \['depth'\]"),
+])
+def test_a_bad_spec_is_a_clear_error(values: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        DraftSpec.from_dict(values)

@@ -37,6 +37,7 @@ from specsample.drafters.hybrid import FeatureHybridDrafter
 from specsample.drafters.lookup import PromptLookupDrafter
 from specsample.engine.generate import generate, generate_plain
 from specsample.engine.round import start
+from specsample.engine.scheduler import Prior, Scheduler
 from specsample.testing import goodness_of_fit, homogeneity
 
 GREEDY, HOT = SamplingParams(temperature=0.0), SamplingParams(temperature=1.0)
@@ -157,7 +158,8 @@ def test_a_fanning_out_hybrid_mixes_siblings_and_copied_chains_in_one_round(targ
     next tokens as siblings (the tree `Proposal.parents` says so), in one round; the head's
     evidence is one trial per round."""
     head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6])))
-    hybrid = FeatureHybridDrafter(HeadDrafter(head), cost_ratio=0.1, prior_alpha=0.5, fan_out=3)
+    hybrid = FeatureHybridDrafter(HeadDrafter(head),
+                                  scheduler=Scheduler(cost_ratio=0.1, prior=Prior(0.5, 8.0), fan_out=3))
     ids = torch.tensor([[1, 2, 3, 4, 2, 3, 0, 0, 0, 0, 0, 0], [5, 7, 1, 6, 0, 2, 0, 0, 0, 0, 0, 0]])
     lengths = torch.tensor([6, 6])  # row 0 ends in a bigram it has seen: it copies [4, 2, 3]
     state = start(target, hybrid, ids, lengths, capacity=16, stop_lengths=lengths + 6).draft_state
@@ -178,22 +180,25 @@ def test_auto_fans_a_head_out_as_its_card_and_the_verify_cost_rate_fastest(targe
     """`auto` over a head whose card gives fan-out hit rates takes the fan-out m that
     `fastest_fan_out` rates fastest from c and the verify's cost, and starts its rows from
     hits[m - 1]; without hit rates it takes `HEAD_FAN_OUT` and the head's alpha."""
-    from specsample.api.draft_names import HEAD_FAN_OUT, compose_drafter
+    from specsample.api.draft_names import compose_drafter
+    from specsample.drafters.model import DraftRating
+    from specsample.engine.scheduler import HEAD_FAN_OUT
 
-    drafter = HeadDrafter(HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6]))))
-    drafter.prior_alpha = 0.3  # type: ignore[attr-defined]
+    head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6])))
+    drafter = HeadDrafter(head, rating=DraftRating(prior_alpha=0.3))
 
-    def auto(step: float) -> FeatureHybridDrafter:
+    def auto(step: float) -> tuple[int, Prior]:
         chosen = compose_drafter("auto:head", lambda name: drafter, default_model="head", cost=lambda d: 0.1,
                                  width_cost=lambda batch, width: 1 + step * (width - 1))
-        assert isinstance(chosen, FeatureHybridDrafter)
-        return chosen
+        assert isinstance(chosen, FeatureHybridDrafter) and isinstance(chosen.scheduler, Scheduler)
+        assert chosen.fan_out == chosen.scheduler.fan_out
+        return chosen.fan_out, chosen.scheduler.prior
 
-    assert auto(0.0).fan_out == HEAD_FAN_OUT and auto(0.0).prior == (0.3, 8.0)
-    drafter.fan_out_hits = (0.36, 0.50, 0.60, 0.65)  # type: ignore[attr-defined]
-    flat, rising = auto(0.0), auto(0.1)  # 1.65 / 1.1 at m = 4; 1.5 / 1.3 at m = 2 (1.6 / 1.4 at 3)
-    assert (flat.fan_out, flat.prior) == (4, (0.65, 8.0))
-    assert (rising.fan_out, rising.prior) == (2, (0.50, 8.0))
+    assert auto(0.0) == (HEAD_FAN_OUT, Prior(0.3, 8.0))
+    drafter = HeadDrafter(head, rating=DraftRating(prior_alpha=0.3, fan_out_hits=(0.36, 0.50, 0.60, 0.65)))
+    # 1.65 / 1.1 at m = 4; 1.5 / 1.3 at m = 2 (1.6 / 1.4 at 3)
+    assert auto(0.0) == (4, Prior(0.65, 8.0))
+    assert auto(0.1) == (2, Prior(0.50, 8.0))
 
 
 def test_head_tree_names_are_checked(target: HFModel) -> None:
@@ -244,9 +249,11 @@ def _drafter(target: HFModel, kind: str) -> Any:
     if kind == "hybrid":  # prompt lookup where the context repeats (often, at V = 8), the head elsewhere
         return FeatureHybridDrafter(HeadDrafter(head))
     if kind == "auto":  # ... and the head only where Thm 3.8 predicts a gain at c = 0.3
-        return FeatureHybridDrafter(HeadDrafter(head, threshold=0.5), cost_ratio=0.3, prior_alpha=0.5)
+        return FeatureHybridDrafter(HeadDrafter(head, threshold=0.5),
+                                    scheduler=Scheduler(cost_ratio=0.3, prior=Prior(0.5, 8.0)))
     if kind == "auto-fan-out":  # ... the head's 3 likeliest tokens as siblings, copies as chains
-        return FeatureHybridDrafter(HeadDrafter(head), cost_ratio=0.1, prior_alpha=0.5, fan_out=3)
+        return FeatureHybridDrafter(HeadDrafter(head),
+                                    scheduler=Scheduler(cost_ratio=0.1, prior=Prior(0.5, 8.0), fan_out=3))
     return HeadDrafter(head)
 
 
@@ -342,7 +349,7 @@ def test_head_files_load_by_name_with_a_threshold(tmp_path, target: HFModel) -> 
     hybrid = loading.load_drafter(f"hybrid:head:{tmp_path / 'h.safetensors'}", target)
     assert isinstance(hybrid, FeatureHybridDrafter)
     auto = loading.load_drafter(f"auto:head:{tmp_path / 'h.safetensors'}", target)  # c measured with features
-    assert isinstance(auto, FeatureHybridDrafter) and auto.cost_ratio is not None
+    assert isinstance(auto, FeatureHybridDrafter) and auto.scheduler is not None
 
 
 class _Unsupported(HeadModel):

@@ -100,10 +100,11 @@ def test_the_gated_hybrid_keeps_the_law():
     within the first three tokens)."""
     from specsample import ModelDrafter
     from specsample.drafters.hybrid import HybridDrafter
+    from specsample.engine.scheduler import Prior, Scheduler
 
     target, _ = models()
-    drafter = HybridDrafter(ModelDrafter(noisy(target, 0.9)), cost_ratio=0.4, prior_alpha=0.9,
-                            prior_weight=1.0)
+    drafter = HybridDrafter(ModelDrafter(noisy(target, 0.9)),
+                            scheduler=Scheduler(cost_ratio=0.4, prior=Prior(0.9, 1.0)))
     samples = first_three(target, drafter, rows=ROWS, params=SamplingParams(), k=2, seed=17)
     result = goodness_of_fit(samples, expected_law(target, SamplingParams()))
     assert result.passed, str(result)

@@ -19,6 +19,7 @@ from specsample.drafters.hybrid import HybridDrafter
 from specsample.drafters.lookup import PromptLookupDrafter
 from specsample.drafters.model import ModelDrafter
 from specsample.engine.round import round_step, start
+from specsample.engine.scheduler import Prior, Scheduler
 
 CAPACITY = 64
 
@@ -172,8 +173,8 @@ class Lengths(HybridDrafter):
 
 
 def _gated(cost: float, prior: float, weight: float, counting: Counting) -> Lengths:
-    drafter = Lengths(ModelDrafter(counting), cost_ratio=cost, prior_alpha=prior,  # type: ignore[arg-type]
-                      prior_weight=weight)
+    drafter = Lengths(ModelDrafter(counting),  # type: ignore[arg-type]
+                      scheduler=Scheduler(cost_ratio=cost, prior=Prior(prior, weight)))
     drafter.rounds, drafter.modelled = [], []
     return drafter
 
@@ -216,17 +217,20 @@ def test_a_row_drafts_from_the_model_only_while_thm_3_8_predicts_a_speedup() -> 
 def test_auto_by_name_measures_c_and_keeps_greedy_output() -> None:
     target, _ = _models()
     auto = get_backend("reference").load_drafter("auto", target)
-    assert isinstance(auto, HybridDrafter) and auto.cost_ratio is not None and auto.cost_ratio >= 0
-    assert "Thm 3.8" in auto.describe(4) and f"c = {auto.cost_ratio:.2f}" in auto.describe(4)
+    assert isinstance(auto, HybridDrafter) and isinstance(auto.scheduler, Scheduler)
+    assert auto.scheduler.cost_ratio >= 0
+    assert "Thm 3.8" in auto.describe(4) and f"c = {auto.scheduler.cost_ratio:.2f}" in auto.describe(4)
     _greedy_is_plain(target, auto)
 
 
 def test_gate_arguments_are_checked() -> None:
     target, _ = _models()
-    with pytest.raises(ValueError, match="cost_ratio: expected None or a finite number >= 0, got -1"):
-        HybridDrafter(ModelDrafter(target), cost_ratio=-1)
-    with pytest.raises(ValueError, match="prior_alpha, prior_weight: expected a rate in \\[0, 1\\]"):
-        HybridDrafter(ModelDrafter(target), cost_ratio=0.5, prior_alpha=1.5)
+    with pytest.raises(ValueError, match="cost_ratio: expected a finite number >= 0, got -1"):
+        Scheduler(cost_ratio=-1)
+    with pytest.raises(ValueError, match=r"prior: expected a rate in \[0, 1\] and a weight >= 0, got 1.5"):
+        Scheduler(cost_ratio=0.5, prior=Prior(1.5, 8.0))
+    with pytest.raises(TypeError, match="scheduler: expected None or a Gate"):
+        HybridDrafter(ModelDrafter(target), scheduler=0.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="draft: 'auto' needs a backend that measures the draft's cost"):
         compose_drafter("auto", lambda n: ModelDrafter(target), default_model="x")
     with pytest.raises(ValueError, match="draft: 'auto:lookup' needs a model draft for 'lookup'"):
@@ -258,10 +262,11 @@ def test_a_batch_round_narrows_where_its_width_costs_more_than_it_gains() -> Non
     rows = [[1, 2, 3, 1, 2], [4], [0, 1, 0, 1, 0, 1, 2]]
 
     def auto(width_cost: object) -> HybridDrafter:
-        return HybridDrafter(ModelDrafter(target), cost_ratio=1e3, width_cost=width_cost)  # type: ignore[arg-type]
+        return HybridDrafter(ModelDrafter(target),
+                             scheduler=Scheduler(cost_ratio=1e3, width_cost=width_cost))  # type: ignore[arg-type]
 
     free_ks, free = _widths(auto(lambda b, w: 1.0), rows)
-    base_ks, base = _widths(HybridDrafter(ModelDrafter(target), cost_ratio=1e3), rows)
+    base_ks, base = _widths(HybridDrafter(ModelDrafter(target), scheduler=Scheduler(cost_ratio=1e3)), rows)
     assert (free_ks, free) == (base_ks, base) and max(base_ks) == 3
 
     asked: list[tuple[int, int]] = []
@@ -271,12 +276,13 @@ def test_a_batch_round_narrows_where_its_width_costs_more_than_it_gains() -> Non
     assert asked and all((b, w) == (1, 2) or (b == 3 and w in (2, 3, 4)) for b, w in asked)
 
     alone_ks, alone = _widths(auto(lambda b, w: 50.0), rows[:1])
-    base_alone_ks, base_alone = _widths(HybridDrafter(ModelDrafter(target), cost_ratio=1e3), rows[:1])
+    base_alone_ks, base_alone = _widths(
+        HybridDrafter(ModelDrafter(target), scheduler=Scheduler(cost_ratio=1e3)), rows[:1])
     assert set(alone_ks) == {0} and max(base_alone_ks) == 3 and alone == base_alone
     free_alone_ks, _ = _widths(auto(lambda b, w: 1.0), rows[:1])
     assert free_alone_ks == base_alone_ks
     with pytest.raises(TypeError, match="width_cost: expected None or a function"):
-        HybridDrafter(ModelDrafter(target), cost_ratio=0.5, width_cost=3)  # type: ignore[arg-type]
+        Scheduler(cost_ratio=0.5, width_cost=3)  # type: ignore[arg-type]
 
 
 def test_draft_plan_says_what_propose_drafts() -> None:
@@ -289,8 +295,8 @@ def test_draft_plan_says_what_propose_drafts() -> None:
     tokens, lengths = _prompt(rows)
     tokens = np.pad(tokens, ((0, 0), (0, 10)))
     for cost_ratio, prior in ((0.05, 0.8), (0.05, 0.1), (0.9, 0.8)):
-        hybrid = HybridDrafter(ModelDrafter(draft), cost_ratio=cost_ratio, prior_alpha=prior,
-                               width_cost=lambda b, w: 1.0 + 0.05 * (w - 1))
+        hybrid = HybridDrafter(ModelDrafter(draft), scheduler=Scheduler(
+            cost_ratio=cost_ratio, prior=Prior(prior, 8.0), width_cost=lambda b, w: 1.0 + 0.05 * (w - 1)))
         state = hybrid.start(tokens, lengths, CAPACITY)
         planned, copies = hybrid.draft_plan(state, tokens, lengths, 3)
         u = uniforms(0, 0, 4, 3, like=tokens)
@@ -315,7 +321,8 @@ def test_a_copying_round_is_rated_without_the_models_cost_and_filed_as_a_copy() 
     from specsample.engine.generate import iterate
 
     prompt, lengths = _prompt([[1, 2, 3, 4, 1, 2, 3, 4, 1, 2]])
-    hybrid = HybridDrafter(ModelDrafter(draft), cost_ratio=0.5, width_cost=lambda b, w: 1.0 + 0.1 * (w - 1))
+    gate = Scheduler(cost_ratio=0.5, width_cost=lambda b, w: 1.0 + 0.1 * (w - 1))
+    hybrid = HybridDrafter(ModelDrafter(draft), scheduler=gate)
     assert not hybrid._never(3)  # the model may run: 0.8 > 0.5 + 0.1
     said = hybrid.describe(3)
     assert "(c = 0.50, cost 1.10: 0.60)" in said and "start with the draft model" in said
@@ -324,11 +331,11 @@ def test_a_copying_round_is_rated_without_the_models_cost_and_filed_as_a_copy() 
     first = steps[0].metrics
     assert steps[0].k >= 1 and sum(first.copied_trials_at) >= 1 and first.trials_at == ()
     # Negative control: charged the model's drafts, the same round rates below a plain step.
-    from specsample.engine.policy import WIDTH_PRIOR, batch_width
+    from specsample.engine.scheduler import WIDTH_PRIOR, batch_width
 
-    assert batch_width([3], [30], 1, WIDTH_PRIOR[0], hybrid._round_cost) == 0
-    assert batch_width([3], [30], 1, WIDTH_PRIOR[0],
-                       lambda b, w: hybrid._round_cost(b, w, modelled=False)) == steps[0].k
+    assert batch_width([3], [30], 1, WIDTH_PRIOR.alpha, gate.round_cost) == 0
+    assert batch_width([3], [30], 1, WIDTH_PRIOR.alpha,
+                       lambda b, w: gate.round_cost(b, w, modelled=False)) == steps[0].k
     plain = generate_plain(target, prompt, prompt_lengths=lengths, max_new_tokens=30,
                            params=SamplingParams(temperature=0.0))
     assert steps[-1].state.tokens[0, 10:40].tolist() == plain.new_tokens(0)

@@ -213,8 +213,10 @@ def test_load_settles_the_default_k_by_the_drafter() -> None:
     given is kept."""
     from specsample_backends.torch import loading
 
-    from specsample.api.config import AUTO_K, DEFAULT_K, RATED_K_MAX
-    from specsample.drafters.hybrid import PRIOR_ALPHA
+    from specsample.api.config import AUTO_K, DEFAULT_K
+    from specsample.core.metrics import Costs
+    from specsample.drafters.model import DraftRating, ModelDrafter
+    from specsample.engine.scheduler import PRIOR, RATED_K_MAX
 
     assert specsample.load(Config()).config.k == DEFAULT_K
     assert specsample.load(Config(k=2)).config.k == 2
@@ -229,17 +231,18 @@ def test_load_settles_the_default_k_by_the_drafter() -> None:
     assert isinstance(k, int) and 1 <= k <= RATED_K_MAX
     note = rated.drafter_note()
     assert f"K = {k} (none given): Thm 3.8 rates K = 1.." in note
-    assert f"prior alpha of {PRIOR_ALPHA:.2f}" in note
+    assert f"prior alpha of {PRIOR.alpha:.2f}" in note
     # The note's rates are the rating the choice came from: K's is their maximum (at the
     # note's two decimals, a near-tie of two K reads as a tie).
     rates = [float(r) for r in note.split(" at ")[1].split(" plain")[0].split(", ")]
     assert rates[k - 1] == max(rates)
     sure = rated.backend.load_drafter("early-exit:10@0.5", rated.target)
     assert loading.rated_k(rated.target, sure) is None
-    # What a head kept as a chain measured at load (`measured`) is rated, not measured again.
-    chain = rated.backend.load_drafter("early-exit:10", rated.target)
+    # What a head kept as a chain measured at load (its rating's costs) is rated, not measured again.
+    loaded = rated.backend.load_drafter("early-exit:10", rated.target)
     asked: list[tuple[int, int]] = []
-    chain.measured = (0.25, lambda batch, width: asked.append((batch, width)) or 1.0 + 0.1 * width)  # type: ignore[attr-defined]
+    measured = Costs(c=0.25, width=lambda batch, width: asked.append((batch, width)) or 1.0 + 0.1 * width)
+    chain = ModelDrafter(loaded.model, rating=DraftRating(costs=measured))  # type: ignore[attr-defined]
     told = loading.rated_k(rated.target, chain)
     assert told is not None and "c = 0.25" in told[1]
     assert asked == [(1, positions) for positions in range(2, RATED_K_MAX + 2)]

@@ -183,11 +183,12 @@ def test_a_hybrid_follows_the_target_law_and_a_broken_rule_does_not(name: str | 
 
 def test_the_tree_sampler_refuses_an_auto_hybrid() -> None:
     from specsample.drafters.hybrid import HybridDrafter
+    from specsample.engine.scheduler import Scheduler
 
     target, drafter = _drafter()
     with pytest.raises(TypeError, match="drafter: an `auto` hybrid's gate"):
-        tree_samples(target, HybridDrafter(drafter, cost_ratio=0.5), np.array([PROMPT]), n=10, k=2,
-                     params=SamplingParams(), seed=0)
+        tree_samples(target, HybridDrafter(drafter, scheduler=Scheduler(cost_ratio=0.5)), np.array([PROMPT]),
+                     n=10, k=2, params=SamplingParams(), seed=0)
 
 
 def test_prefix_laws_keep_further_arrays_per_prefix() -> None:

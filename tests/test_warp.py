@@ -339,7 +339,7 @@ def test_grouped_top_k_chooses_groups_on_the_scaled_maxima(dtype: torch.dtype) -
 def test_the_float_step_masks_like_where_next_to_zero_and_infinities() -> None:
     import importlib
 
-    warping = importlib.import_module("specsample.warp")
+    warping = importlib.import_module("specsample.core.warp")
 
     key = torch.tensor([[-np.inf, -1e-40, 0.0, 1e-40, 1e-30, 2.0, np.inf]], dtype=torch.float32)
     values = torch.arange(1.0, 8.0)[None]
@@ -355,7 +355,7 @@ def test_masking_a_row_by_itself_keeps_exactly_the_entries_at_or_above_its_floor
     # small for that (or not finite) take the float step instead. Both give `where`'s bits.
     import importlib
 
-    warping = importlib.import_module("specsample.warp")
+    warping = importlib.import_module("specsample.core.warp")
     values = torch.tensor([[0.0, 1e-40, 2.0**-100, 0.1, 0.2, 0.2, 0.5]], dtype=dtype).repeat(3, 1)
     for floor in (0.2, 0.1 + 1e-9, 2.0**-100, 1e-40, 0.0, 0.5, 1.0):
         at = torch.full((3, 1), floor, dtype=dtype)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import os
@@ -15,15 +16,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from specsample.api.config import RATED_K_MAX
-from specsample.api.draft_names import HEAD_FAN_OUT, compose_drafter, rated_fan_out, split_name
+from specsample.api.draft_names import compose_drafter, split_name
+from specsample.core.metrics import Costs
 from specsample.core.params import SamplingParams
 from specsample.core.protocols import Drafter
-from specsample.drafters.hybrid import PRIOR_ALPHA
 from specsample.drafters.lookup import PromptLookupDrafter
-from specsample.drafters.model import ModelDrafter
+from specsample.drafters.model import DraftRating, ModelDrafter
 from specsample.drafters.suffix import is_suffix_tree_name, suffix_tree
-from specsample.engine.policy import fastest_k
+from specsample.engine import scheduler
 
 from ._fast import hf_config
 from .compat import check_compatible
@@ -226,50 +226,37 @@ AUTO_MODELS = ("head", "int8")
 
 
 def rated_k(target: HFModel, drafter: Drafter) -> tuple[int, str] | None:
-    """The K to run a model drafter at when none is given, and why: for one that verifies all
-    K every round (no confidence threshold), the K in [1, RATED_K_MAX] that Thm 3.8 rates fastest
-    here (`specsample.engine.policy.fastest_k`) from its c and the verify's cost at each width,
-    both measured on this machine, and its prior acceptance (`prior_alpha`, e.g. a head's
-    held-out alpha from its card; else `PRIOR_ALPHA`). None for other drafters."""
+    """The K to run a model drafter at when none is given, and why
+    (`specsample.engine.scheduler.rated_k`), from its c and the verify's cost at each width
+    measured on this machine (reusing what `_fastest_head` measured at load). None for
+    drafters that do not verify all K every round."""
     if not isinstance(drafter, ModelDrafter) or drafter.threshold is not None:
         return None
-    # A head that `_fastest_head` kept as a chain carries what it measured at load.
-    c, width = getattr(drafter, "measured", None) or (_cost_ratio(target, drafter), _width_cost(target))
-    alpha = float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
-    k, rates = fastest_k(alpha, c, lambda positions: width(1, positions), RATED_K_MAX)
-    rated = ", ".join(f"{r:.2f}" for r in rates)
-    slower = "" if max(rates) >= 1 else (" (below 1: slower than plain decoding here; 'auto' takes "
-                                         "plain steps where drafts do not pay)")
-    return k, (f"K = {k} (none given): Thm 3.8 rates K = 1..{len(rates)} at {rated} plain steps' tokens "
-               f"per cost{slower}, from c = {c:.2f} and the verify's cost at each width measured here "
-               f"and a prior alpha of {alpha:.2f}; --k sets it")
+    costs = drafter.rating.costs or Costs(c=_cost_ratio(target, drafter), width=_width_cost(target))
+    return scheduler.rated_k(drafter, costs)
 
 
 def _fastest_head(drafter: Drafter, target: HFModel) -> Drafter:
-    """A head by name in the shape Thm 3.8 rates fastest here: its chain at the best K
-    (`fastest_k`, from its card's held-out alpha), or a depth-1 fan-out of its m likeliest
-    tokens (`HeadTreeDrafter`, m by `specsample.api.draft_names.rated_fan_out` from its card's
-    fan-out hit rates), with c and the verify's cost at each width measured on this machine.
-    A head whose card gives no fan-out hit rates drafts its chain. "head@T", "hybrid:head"
-    and "auto:head" keep the chain form they build on."""
-    hits = getattr(drafter, "fan_out_hits", None)
-    if hits is None or not isinstance(drafter, ModelDrafter):
-        return drafter
-    from specsample.drafters.head import HeadTreeDrafter
+    """A head by name in the shape Thm 3.8 rates fastest here
+    (`specsample.engine.scheduler.head_shape`): its chain, or a depth-1 fan-out of its m
+    likeliest tokens (`HeadTreeDrafter`), with c and the verify's cost at each width
+    measured on this machine; the choice and the costs go on its rating. A head whose card
+    gives no fan-out hit rates drafts its chain. "head@T", "hybrid:head" and "auto:head"
+    keep the chain form they build on."""
+    from specsample.drafters.head import HeadDrafter, HeadTreeDrafter
 
-    c, width = _cost_ratio(target, drafter), _width_cost(target)
-    alpha = float(getattr(drafter, "prior_alpha", PRIOR_ALPHA))
-    k, chain = fastest_k(alpha, c, lambda positions: width(1, positions), RATED_K_MAX)
-    m, tree = rated_fan_out(hits, c, width)
-    why = (f"chain K = {k} at {max(chain):.2f} plain steps' tokens per cost (held-out alpha {alpha:.2f}), "
-           f"fan-out of {m} at {max(tree):.2f} (held-out hit rate {hits[m - 1]:.2f}); c = {c:.2f}")
-    if max(tree) <= max(chain):
-        drafter.choice = f"the head's chain: {why}"  # type: ignore[attr-defined]
-        drafter.measured = (c, width)  # type: ignore[attr-defined]  # `rated_k` reads them, not again
+    if not isinstance(drafter, HeadDrafter) or drafter.rating.fan_out_hits is None:
         return drafter
-    fanned = HeadTreeDrafter(drafter.model, nodes=m)  # type: ignore[arg-type]  # a head's model
-    fanned.choice = f"the head's fan-out: {why}"  # type: ignore[attr-defined]
-    return fanned  # type: ignore[return-value]
+    costs = Costs(c=_cost_ratio(target, drafter), width=_width_cost(target))
+    shape = scheduler.head_shape(drafter, costs)
+    assert shape is not None  # the hits and the width cost are both there
+    m, why = shape
+    if m == 0:
+        rating = dataclasses.replace(drafter.rating, costs=costs, note=f"the head's chain: {why}")
+        return HeadDrafter(drafter.head, rating=rating)
+    note = f"the head's fan-out: {why}"
+    return HeadTreeDrafter(drafter.head, nodes=m,  # type: ignore[return-value]  # a tree drafter
+                           rating=dataclasses.replace(drafter.rating, note=note))
 
 
 def _width_cost(target: HFModel) -> Callable[[int, int], float]:
@@ -307,10 +294,8 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
         from .head import SHIPPED, HeadModel, head_fan_out, head_prior, load_head
 
         path = name.removeprefix("head:") if name != "head" else SHIPPED
-        drafter = HeadDrafter(HeadModel(load_head(path, target)))
-        drafter.prior_alpha = head_prior(path)  # type: ignore[attr-defined]
-        drafter.fan_out_hits = head_fan_out(path)  # type: ignore[attr-defined]
-        return drafter
+        rating = DraftRating(prior_alpha=head_prior(path), fan_out_hits=head_fan_out(path))
+        return HeadDrafter(HeadModel(load_head(path, target)), rating=rating)
     if name == "head-tree" or name.startswith("head-tree:"):
         from specsample.drafters.head import HeadDrafter, HeadTreeDrafter
 
@@ -324,9 +309,10 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
         if count:
             nodes = int(count)
         elif hits is None:
-            nodes = HEAD_FAN_OUT
+            nodes = scheduler.HEAD_FAN_OUT
         else:  # the fan-out Thm 3.8 rates fastest here, from the card's hit rates
-            nodes = rated_fan_out(hits, _cost_ratio(target, HeadDrafter(head)), _width_cost(target))[0]
+            c = _cost_ratio(target, HeadDrafter(head))
+            nodes = scheduler.rated_fan_out(hits, c, _width_cost(target))[0]
         return HeadTreeDrafter(head, nodes=nodes)  # type: ignore[return-value]
     if name.startswith("early-exit:"):
         count = name.removeprefix("early-exit:")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specsample._array import check_int
+from specsample.api.draft_names import DraftSpec
 from specsample.core.params import SamplingParams
 from specsample.core.verifiers import get_verifier
 from specsample.engine.policy import KPolicy, k_policy
@@ -20,16 +21,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["AUTO_K", "DEFAULT_K", "ENV_PREFIX", "RATED_K_MAX", "Config"]
+__all__ = ["AUTO_K", "DEFAULT_K", "ENV_PREFIX", "Config"]
 
 ENV_PREFIX = "SPECSAMPLE_"
 # K when none is given: drafters that verify all K every round take DEFAULT_K; `auto`
 # narrows each round to the width that pays, so its K only caps the longest copies: a long
-# verify costs little more than a short one (the README's "A verify is not free"), and a
-# long copy that holds commits up to K + 1 tokens. A model draft without a threshold runs
-# at the K in [1, RATED_K_MAX] rated fastest at load (`specsample.engine.policy.fastest_k`): a
-# model's chain seldom holds past 8 drafts.
-DEFAULT_K, AUTO_K, RATED_K_MAX = 4, 16, 8
+# verify costs little more than a short one, and a long copy that holds commits up to K + 1
+# tokens. A model draft without a threshold runs at the K its backend rates fastest at load
+# (`specsample.engine.scheduler.rated_k`).
+DEFAULT_K, AUTO_K = 4, 16
 CORE_OPTIONS = ("cost_ratio",)  # read by the core (the adaptive K policy), not by backends
 
 
@@ -40,7 +40,9 @@ class Config:
     Attributes:
         backend: a registered backend name ("reference", "torch", "static-cpu", "cuda", "gaudi").
         target: the target model's spec for the backend (None: the backend's default).
-        draft: the drafter's name for the backend (None: the backend's default).
+        draft: the drafter's name for the backend (None: the backend's default), in the
+            shared syntax "KIND:MODEL@THRESHOLD" (`DraftSpec.name` spells a structured one;
+            `from_dict` and TOML files also take a table with keys kind, model, threshold).
         k: draft tokens per round (int >= 1), "adaptive", or None: the default, which
             `specsample.load` settles once the drafter is known: `AUTO_K` for a drafter
             that narrows each round to what pays (`auto`: K only caps its longest copies),
@@ -75,6 +77,8 @@ class Config:
         self.policy()  # validates k and the cost ratio
         self.params()  # validates the sampling fields
         check_int("seed", self.seed, 0)
+        if isinstance(self.draft, str) and self.draft:
+            DraftSpec.parse(self.draft)  # validates the shared syntax
         for name in ("target", "draft"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
@@ -109,7 +113,13 @@ class Config:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"config: unknown keys {unknown}; known: {sorted(known)}")
-        return cls(**dict(values))
+        values = dict(values)
+        draft = values.get("draft")
+        if isinstance(draft, Mapping):
+            draft = DraftSpec.from_dict(draft)
+        if isinstance(draft, DraftSpec):
+            values["draft"] = draft.name
+        return cls(**values)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> Config:

@@ -20,9 +20,12 @@ from specsample.api.backend import Backend, Tokenizer
 from specsample.api.config import AUTO_K, DEFAULT_K, Config
 from specsample.api.registry import get_backend
 from specsample.core.protocols import Drafter, Model
+from specsample.drafters.head import HeadTreeDrafter
 from specsample.drafters.hybrid import HybridDrafter
+from specsample.drafters.model import ModelDrafter
 from specsample.engine.options import RunOptions
 from specsample.engine.runs import Generation, Step
+from specsample.engine.scheduler import Scheduler
 
 __all__ = ["Prompts", "Runner", "encode_text", "load"]
 
@@ -131,8 +134,21 @@ class Runner:
         k = self.config.policy().k_max
         if isinstance(self.drafter, HybridDrafter):
             return f"drafter {self.config.draft or 'default'}: {self.drafter.describe(k)}"
-        why = "".join(f"; {note}" for note in (getattr(self.drafter, "choice", None), self.k_note) if note)
+        note = None
+        if isinstance(self.drafter, (ModelDrafter, HeadTreeDrafter)):
+            note = self.drafter.rating.note
+        why = "".join(f"; {told}" for told in (note, self.k_note) if told)
         return f"drafter {self.config.draft or 'default'}: {type(self.drafter).__name__}{why}"
+
+    def explain(self) -> list[str]:
+        """How the drafter was chosen, as a short table: for `auto`, each candidate with its
+        measured c, the verify's cost by width, its prior and its predicted speed, and the one
+        chosen (`specsample.engine.scheduler.Choice.table`); otherwise one line."""
+        gate = self.drafter.scheduler if isinstance(self.drafter, HybridDrafter) else None
+        if isinstance(gate, Scheduler) and gate.choice is not None:
+            shape = f"a fan-out of {gate.fan_out}" if gate.fan_out else "a chain"
+            return [f"auto chose {gate.choice.chosen} ({shape}) on this machine:", *gate.choice.table()]
+        return [self.drafter_note()]
 
     def with_drafter(self, name: str) -> Runner:
         """The same backend, target and tokenizer with the drafter `name` at its own default K
@@ -177,7 +193,7 @@ def _settle_k(config: Config, backend: Backend, target: Model, drafter: Drafter)
     the backend chose it (None: the drafter's default)."""
     if config.k is not None:
         return config, None
-    if getattr(drafter, "round_cost", None) is not None:
+    if isinstance(drafter, HybridDrafter) and drafter.scheduler is not None and drafter.scheduler.narrows:
         return dataclasses.replace(config, k=AUTO_K), None
     rated = backend.default_k(target, drafter)
     k, note = (DEFAULT_K, None) if rated is None else rated

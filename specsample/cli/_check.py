@@ -182,7 +182,7 @@ def _constant_k(k: int | str | None) -> None:
 def _copies(drafter: Any) -> TypeGuard[HybridDrafter]:
     """A `hybrid` (prompt lookup's copies, a model elsewhere, no cost gate): the tree sampler
     runs it (an `auto` hybrid's gate reads each row's record and the batch: the engine)."""
-    return isinstance(drafter, HybridDrafter) and drafter.cost_ratio is None
+    return isinstance(drafter, HybridDrafter) and drafter.scheduler is None
 
 
 def _mode(args: argparse.Namespace, runner: Runner) -> str:

@@ -24,6 +24,9 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser("generate", help="speculative sampling on a real model, streamed")
     parser.add_argument("--prompt", action="append", required=True,
                         help="a user message (repeat for a ragged batch)")
+    parser.add_argument("--explain", action="store_true",
+                        help="first print how the drafter was chosen: for auto, a table of the "
+                             "candidates with their measured costs, priors and predicted speeds")
     add_model_options(parser)
     parser.set_defaults(run=run)
 
@@ -34,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     if max_new < 1:
         raise ValueError(f"--max-new-tokens: expected >= 1, got {max_new}")
     runner = load(config_from_args(args))
+    if args.explain and os.environ.get("RANK", "0") == "0":
+        print("\n".join(runner.explain()))
     if os.environ.get("RANK", "0") != "0":  # a torchrun launch: rank 0 prints, the others compute
         with contextlib.redirect_stdout(io.StringIO()):
             return generate_text(runner, args.prompt, max_new, stream=False)

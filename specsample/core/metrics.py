@@ -4,12 +4,34 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import TypeVar
 
 from specsample._array import check_int
 
-__all__ = ["Metrics", "expected_tokens_per_round", "predicted_speedup", "tally"]
+__all__ = ["Costs", "Metrics", "expected_tokens_per_round", "predicted_speedup", "tally"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Costs:
+    """The cost side of Thm 3.8 on one machine, in units of a one-position target forward.
+
+    Attributes:
+        c: a draft step's cost, finite and >= 0.
+        width: None, or (batch, positions) -> a target forward of that many positions per
+            row over one of one position, at that batch size (> 0; measured by a backend).
+    """
+
+    c: float
+    width: Callable[[int, int], float] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.c, bool) or not isinstance(self.c, (int, float)) or not 0 <= self.c < float("inf"):
+            raise ValueError(f"c: expected a finite cost ratio >= 0, got {self.c!r}")
+        if self.width is not None and not callable(self.width):
+            raise TypeError(f"width: expected None or a function (batch, positions) -> cost, got "
+                            f"{type(self.width).__name__}")
 
 
 Rate = TypeVar("Rate", float, Fraction)

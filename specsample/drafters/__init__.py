@@ -9,6 +9,7 @@ from specsample.drafters.head import DistillPlan, FeatureHead, HeadDrafter, Head
 from specsample.drafters.hybrid import FeatureHybridDrafter, HybridDrafter
 from specsample.drafters.lookup import PromptLookupDrafter
 from specsample.drafters.model import (
+    DraftRating,
     DraftState,
     ModelDrafter,
     confidence_lengths,
@@ -19,6 +20,7 @@ from specsample.drafters.suffix import SuffixTreeDrafter
 
 __all__ = [
     "DistillPlan",
+    "DraftRating",
     "DraftState",
     "FeatureHead",
     "FeatureHybridDrafter",

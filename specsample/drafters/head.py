@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 from specsample._array import Array, check_int, device, namespace
 from specsample.core.cache import Cache, rollback
 from specsample.core.protocols import Model, TreeProposal, forward_select
-from specsample.drafters.model import DraftState, ModelDrafter
+from specsample.drafters.model import DraftRating, DraftState, ModelDrafter
 
 __all__ = ["DistillPlan", "FeatureHead", "HeadDrafter", "HeadTreeDrafter"]
 
@@ -43,13 +43,15 @@ class HeadDrafter(ModelDrafter):
     Args:
         head: the draft head.
         threshold: None or a confidence in (0, 1) (see `ModelDrafter`).
+        rating: what the head states about itself (see `ModelDrafter`).
     """
 
-    def __init__(self, head: FeatureHead, *, threshold: float | None = None) -> None:
+    def __init__(self, head: FeatureHead, *, threshold: float | None = None,
+                 rating: DraftRating | None = None) -> None:
         if not isinstance(head, FeatureHead):
             raise TypeError(f"head: expected a FeatureHead (a Model with with_features), got "
                             f"{type(head).__name__}")
-        super().__init__(head, threshold=threshold)
+        super().__init__(head, threshold=threshold, rating=rating)
         self.head = head
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> DraftState:
@@ -113,12 +115,14 @@ class HeadTreeDrafter:
     Args:
         head: the draft head.
         nodes: candidates per round, >= 1 and at most the head's support.
+        rating: what the head states about itself (see `ModelDrafter`).
     """
 
     depth = 1
 
-    def __init__(self, head: FeatureHead, *, nodes: int = 3) -> None:
-        self.drafter = HeadDrafter(head)
+    def __init__(self, head: FeatureHead, *, nodes: int = 3, rating: DraftRating | None = None) -> None:
+        self.drafter = HeadDrafter(head, rating=rating)
+        self.rating = self.drafter.rating
         self.head = head
         self.nodes = check_int("nodes", nodes, 1)
         if nodes > self.drafter.proposable:

@@ -6,18 +6,16 @@ The drafter names that build these ("hybrid", "auto", "NAME@T") are `specsample.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from specsample._array import Array, check_int, device, host_ints, namespace
 from specsample.core.cache import rollback
-from specsample.core.metrics import predicted_speedup
 from specsample.core.params import SamplingParams
 from specsample.core.protocols import FeatureDrafter, Proposal
 from specsample.drafters.lookup import PromptLookupDrafter
 from specsample.drafters.model import DraftState, ModelDrafter
 
-__all__ = ["PRIOR_ALPHA", "FeatureHybridDrafter", "HybridDrafter", "HybridState", "one_draft_width"]
+__all__ = ["FeatureHybridDrafter", "Gate", "HybridDrafter", "HybridState"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -42,9 +40,30 @@ class HybridState:
     trials: Array
 
 
-# The acceptance assumed for a model draft before any evidence, unless the drafter states
-# its own (`prior_alpha`, e.g. a trained head's held-out acceptance from its card).
-PRIOR_ALPHA = 0.8
+@runtime_checkable
+class Gate(Protocol):
+    """Decides, per row and round, whether a row that does not copy drafts from the model
+    (`auto`'s rule: `specsample.engine.scheduler.Scheduler`). It reads each row's own record
+    of the model's drafts, so a row's choice never depends on the target's laws."""
+
+    fan_out: int
+
+    @property
+    def narrows(self) -> bool:
+        """Whether rounds are narrowed to the width that pays."""
+        ...
+
+    def worth(self, accepted: Array, trials: Array, k: int) -> Array:
+        """bool [B]: rows whose model drafts are predicted to beat a plain step."""
+        ...
+
+    def never(self, k: int) -> bool:
+        """Whether no row can draft from the model at K = k."""
+        ...
+
+    def describe(self, k: int) -> str:
+        """The rule in words."""
+        ...
 
 
 class HybridDrafter:
@@ -56,103 +75,47 @@ class HybridDrafter:
     the model is not run at all: a copying round costs one target forward. The model's
     cache then falls behind and catches up in one wider forward when it next drafts.
 
-    With a `cost_ratio` c (the `auto` drafter), a row that does not copy drafts from the
-    model only while Thm 3.8 predicts that to beat a plain step, (1 - a^(K+1)) /
-    ((1 - a)(K c + 1)) > 1, where a is the row's own acceptance of the model's drafts
-    so far, starting from the prior (`prior_alpha`, worth `prior_weight` trials); otherwise
-    the row takes a plain step (no draft: one token from p). Each row decides from its
-    own history, so its tokens do not depend on its neighbours. A row that neither copies
-    nor uses the model takes prompt lookup's own length (one draft after a short match);
-    when the prior already rules the model out, rounds are exactly prompt lookup's, plain
-    steps included.
+    With a `scheduler` (the `auto` drafter), a row that does not copy drafts from the model
+    only while the scheduler's gate (`Gate.worth`) predicts that to beat a plain step, from
+    the row's own acceptance of the model's drafts so far; otherwise the row takes a plain
+    step (no draft: one token from p). Each row decides from its own history, so its
+    tokens do not depend on its neighbours. A row that neither copies nor uses the model
+    takes prompt lookup's own length (one draft after a short match); when the gate already
+    rules the model out before any evidence, rounds are exactly prompt lookup's, plain
+    steps included. A scheduler that narrows rounds to the width that pays makes a row's
+    tokens depend on the batch's width choices: the law is the target's either way, but a
+    row sampled in a batch may differ from the same row alone.
 
     Args:
         model: the model drafter (with or without a confidence threshold).
         lookup: the prompt lookup drafter; its `confident` must not be None (else every
             row would always copy).
-        cost_ratio: None (the model always drafts for non-copying rows), or c >= 0.
-        prior_alpha: in [0, 1], the acceptance assumed before a row has evidence.
-        prior_weight: >= 0, how many trials the prior is worth.
-        width_cost: None, or (batch, width) -> the cost of a target forward of `width`
-            positions per row over one position, at that batch size (measured by the
-            backend). Given, the drafter rates each round (of one row or a batch) by its
-            cost (`round_cost`), and the core loop narrows the round, down to a plain step,
-            where Thm 3.8's acceptance model predicts the narrower one to end the call
-            sooner (`specsample.engine.policy.batch_width`).
-            A row's tokens then depend on the batch's width choices: the law is the target's
-            either way, but a row sampled in a batch may differ from the same row alone.
-        fan_out: 0 (the model drafts a chain), or m >= 1: a row that uses the model proposes
-            the model's min(m, K) most likely next tokens as siblings below its last
-            committed token, one draft step a round (`ModelDrafter.candidates`), verified as
-            deterministic candidates by `verify_tree` (the round is then a tree round, copies
-            as chains in it). Suits a draft whose top-1 acceptance is low and whose step is
-            cheap (a feature head); a row's evidence is then one trial a round, a hit or not.
+        scheduler: None (the model always drafts for non-copying rows), or the gate.
+            Its `fan_out` m >= 1 makes a row that uses the model propose the model's
+            min(m, K) most likely next tokens as siblings below its last committed token,
+            one draft step a round (`ModelDrafter.candidates`), verified as deterministic
+            candidates by `verify_tree` (the round is then a tree round, copies as chains in
+            it); a row's evidence is then one trial a round, a hit or not.
     """
 
     def __init__(self, model: ModelDrafter, lookup: PromptLookupDrafter | None = None, *,
-                 cost_ratio: float | None = None, prior_alpha: float = PRIOR_ALPHA,
-                 prior_weight: float = 8.0,
-                 width_cost: Callable[[int, int], float] | None = None, fan_out: int = 0) -> None:
+                 scheduler: Gate | None = None) -> None:
         if not isinstance(model, ModelDrafter):
             raise TypeError(f"model: expected a ModelDrafter, got {type(model).__name__}")
         lookup = PromptLookupDrafter() if lookup is None else lookup
         if not isinstance(lookup, PromptLookupDrafter) or lookup.confident is None:
             raise ValueError(f"lookup: expected a PromptLookupDrafter with confident set, got {lookup!r}")
-        if cost_ratio is not None and not (isinstance(cost_ratio, (int, float)) and 0 <= cost_ratio < 1e6):
-            raise ValueError(f"cost_ratio: expected None or a finite number >= 0, got {cost_ratio!r}")
-        if not 0 <= prior_alpha <= 1 or not 0 <= prior_weight < 1e9:
-            raise ValueError(f"prior_alpha, prior_weight: expected a rate in [0, 1] and a weight >= 0, "
-                             f"got {prior_alpha!r}, {prior_weight!r}")
-        if width_cost is not None and not callable(width_cost):
-            raise TypeError(f"width_cost: expected None or a function (batch, width) -> cost, got "
-                            f"{type(width_cost).__name__}")
-        self.model, self.lookup = model, lookup
-        self.cost_ratio = None if cost_ratio is None else float(cost_ratio)
-        self.prior = (float(prior_alpha), float(prior_weight))
-        self.width_cost = width_cost
-        self.fan_out = check_int("fan_out", fan_out, 0)
-        self.round_cost = None if width_cost is None else self._round_cost
-        self.choice: str | None = None  # how `choose_model` picked the model, if it did
-
-    def _round_cost(self, batch: int, drafts: int, *, modelled: bool = True) -> float:
-        """A round of `drafts` per row at `batch` rows, in plain steps: the wider verify, plus,
-        when some row drafts from the model (`modelled`), the model's drafts (each c of a
-        target forward)."""
-        assert self.width_cost is not None
-        steps = 1 if self.fan_out else drafts  # a fan-out is one draft step, whatever its width
-        model = (0.0 if self.cost_ratio is None or not modelled or self._never(drafts)
-                 else steps * self.cost_ratio)
-        return float(self.width_cost(batch, drafts + 1)) + model
+        if scheduler is not None and not isinstance(scheduler, Gate):
+            raise TypeError(f"scheduler: expected None or a Gate (specsample.engine.scheduler.Scheduler), "
+                            f"got {type(scheduler).__name__}")
+        self.model, self.lookup, self.scheduler = model, lookup, scheduler
+        self.fan_out = 0 if scheduler is None else check_int("scheduler.fan_out", scheduler.fan_out, 0)
 
     def describe(self, k: int) -> str:
         """What the drafter does at K = k, and why (for a command line to print)."""
-        told = self._describe(k)
-        return told if self.choice is None else f"{told}; {self.choice}"
-
-    def _describe(self, k: int) -> str:
-        if self.cost_ratio is None:
+        if self.scheduler is None:
             return "prompt lookup where the context repeats, the draft model elsewhere"
-        if self.width_cost is not None:
-            even, wide = self._break_even(), self.verify_width()
-            start = "the draft model" if self.prior[0] > even else "plain steps"
-            drafts = (f"its {self.fan_out} most likely next tokens as sibling candidates, one draft "
-                      f"step a round, for rows whose hit rate" if self.fan_out else
-                      "the draft model only for rows whose acceptance of its drafts")
-            return (f"prompt lookup where the context repeats; elsewhere {drafts} exceeds c + "
-                    f"cost({wide} positions) - 1 "
-                    f"(c = {self.cost_ratio:.2f}, cost {float(self.width_cost(1, wide)):.2f}: "
-                    f"{even:.2f}), the rate at which that round beats a plain step (at "
-                    f"the prior alpha {self.prior[0]:.2f}, rows start with {start}, then follow their own "
-                    f"acceptance); each round as wide as Thm 3.8 predicts fastest (a plain step "
-                    f"where no width pays, K = {k} at most), from the verify's cost at each width "
-                    f"measured on this machine and the acceptance so far of proposals of each "
-                    f"kind and length")
-        speedup = predicted_speedup(self.prior[0], k, self.cost_ratio)
-        start = "the draft model" if speedup > 1 else "plain steps"
-        return (f"prompt lookup where the context repeats; elsewhere the draft model only where "
-                f"Thm 3.8 predicts it faster than plain steps (c = {self.cost_ratio:.2f}: at the "
-                f"prior alpha {self.prior[0]:.2f} and K = {k} it predicts {speedup:.2f}x, so rows "
-                f"start with {start}, then follow their own acceptance)")
+        return self.scheduler.describe(k)
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> HybridState:
         """An empty model cache: the model reads the prompt when it first drafts (the catch-up
@@ -168,32 +131,9 @@ class HybridDrafter:
 
     def _worth(self, xp: Any, state: HybridState, k: int) -> Array:
         """bool [B]: rows for which the model's drafts are predicted to beat a plain step."""
-        if self.cost_ratio is None:
+        if self.scheduler is None:
             return xp.ones(state.seen.shape, dtype=xp.bool, device=device(state.seen))
-        alpha, weight = self.prior
-        rate = (xp.astype(state.accepted, xp.float64) + alpha * weight) / (
-            xp.astype(state.trials, xp.float64) + weight)
-        if self.width_cost is not None:
-            return rate > self._break_even()
-        if self.fan_out:  # one hit or none a round, for one draft step
-            return rate > self.cost_ratio
-        rate = xp.clip(rate, min=0.0, max=1.0 - 1e-12)
-        tokens = (1 - rate ** (k + 1)) / (1 - rate)
-        return tokens > k * self.cost_ratio + 1
-
-    def _break_even(self) -> float:
-        """With the verify's cost measured per width, the acceptance above which one model
-        draft a round (a chain draft, or a fan-out: one step, `verify_width` positions) beats a
-        plain step at batch 1: 1 + a > c + cost(verify_width positions). Rounds
-        are then narrowed to the width that pays (`round_cost`), so a row is worth drafting
-        for as soon as the narrowest round pays: a row whose one draft does not pay has
-        fewer tokens to gain per draft at any wider width than that draft costs."""
-        assert self.width_cost is not None and self.cost_ratio is not None
-        return self.cost_ratio + float(self.width_cost(1, self.verify_width())) - 1
-
-    def verify_width(self) -> int:
-        """Positions per row of a round where a row drafts from the model once (`one_draft_width`)."""
-        return one_draft_width(self.fan_out)
+        return self.scheduler.worth(state.accepted, state.trials, k)
 
     def draft_lengths(self, tokens: Array, lengths: Array, k: int) -> Array:
         """k for every row (copied where it matches, from the model elsewhere); when the model
@@ -204,11 +144,7 @@ class HybridDrafter:
         return self.model.draft_lengths(tokens, lengths, k)
 
     def _never(self, k: int) -> bool:
-        if self.cost_ratio is None or k == 0:
-            return False
-        if self.width_cost is not None:
-            return self.prior[0] <= self._break_even()
-        return predicted_speedup(self.prior[0], k, self.cost_ratio) <= 1
+        return self.scheduler is not None and self.scheduler.never(k)
 
     def draft_plan(self, state: HybridState, tokens: Array, lengths: Array, k: int
                    ) -> tuple[Array, Array]:
@@ -343,8 +279,3 @@ class FeatureHybridDrafter(HybridDrafter):
         # drafted from the head's own predicted features.
         return xp.minimum(state.seen, lengths - 1)
 
-
-def one_draft_width(fan_out: int) -> int:
-    """Positions per row of a round where a row drafts from the model once: 2 for one chain
-    draft, 1 + fan_out for a fan-out."""
-    return 1 + max(1, fan_out)

@@ -8,12 +8,14 @@ import array_api_compat
 
 from specsample._array import Array, check_int, check_shape, device, host_ints, namespace
 from specsample.core.cache import Cache, rollback
+from specsample.core.metrics import Costs
 from specsample.core.params import SamplingParams
 from specsample.core.protocols import Model, Proposal, forward_select
 from specsample.core.sample import sample
 from specsample.core.warp import warp
 
-__all__ = ["DraftState", "ModelDrafter", "confidence_lengths", "draft_support", "token_confidence"]
+__all__ = ["DraftRating", "DraftState", "ModelDrafter", "confidence_lengths", "draft_support",
+           "token_confidence"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -110,6 +112,32 @@ def _spread(q: Array, support: Array, vocab: int) -> Array:
     return out
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DraftRating:
+    """What a model draft states about itself, for `auto` and for rating its K.
+
+    Attributes:
+        prior_alpha: its acceptance before evidence (e.g. a trained head's held-out alpha
+            from its card), or None (the scheduler's prior).
+        fan_out_hits: hits[m - 1] = the held-out chance that its m likeliest tokens hold the
+            target's, or None.
+        costs: its costs measured on this machine, where a backend measured them at load.
+        note: how the backend chose this drafter's shape, for a command line to print.
+    """
+
+    prior_alpha: float | None = None
+    fan_out_hits: tuple[float, ...] | None = None
+    costs: Costs | None = None
+    note: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.prior_alpha is not None and not 0 <= self.prior_alpha <= 1:
+            raise ValueError(f"prior_alpha: expected None or a rate in [0, 1], got {self.prior_alpha!r}")
+        if self.fan_out_hits is not None and (not self.fan_out_hits or any(
+                not 0 <= h <= 1 for h in self.fan_out_hits)):
+            raise ValueError(f"fan_out_hits: expected None or rates in [0, 1], got {self.fan_out_hits!r}")
+
+
 class ModelDrafter:
     """Draft K tokens autoregressively from a draft `Model` (the law q is returned).
 
@@ -125,12 +153,17 @@ class ModelDrafter:
     Args:
         model: the draft model; its vocabulary must equal the target's.
         threshold: None (always K drafts) or a confidence in (0, 1).
+        rating: what the draft states about itself (`DraftRating`).
     """
 
-    def __init__(self, model: Model, *, threshold: float | None = None) -> None:
+    def __init__(self, model: Model, *, threshold: float | None = None,
+                 rating: DraftRating | None = None) -> None:
         if not isinstance(model, Model):
             raise TypeError(f"model: expected a specsample Model, got {type(model).__name__}")
+        if rating is not None and not isinstance(rating, DraftRating):
+            raise TypeError(f"rating: expected a DraftRating, got {type(rating).__name__}")
         self.model = model
+        self.rating = DraftRating() if rating is None else rating
         self.threshold = _check_threshold(threshold)
         self.support = draft_support(model)
 

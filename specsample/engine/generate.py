@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Iterator
 
@@ -15,10 +14,12 @@ from specsample.core.rng import Seed, Stream, round_uniforms, uniforms
 from specsample.core.sample import sample
 from specsample.core.verify import Verdict
 from specsample.core.warp import warp
+from specsample.drafters.hybrid import HybridDrafter
 from specsample.engine.options import RunOptions
-from specsample.engine.policy import WIDTH_PRIOR, KPolicy, batch_width
+from specsample.engine.policy import KPolicy
 from specsample.engine.round import State, round_step, start
 from specsample.engine.runs import Generation, Step, capacity_for, finish, prepare_prompt, tally_round
+from specsample.engine.scheduler import Scheduler
 from specsample.engine.tree import run_tree_rounds
 
 __all__ = ["generate", "generate_plain", "iterate", "run_plain", "run_rounds"]
@@ -27,20 +28,19 @@ __all__ = ["generate", "generate_plain", "iterate", "run_plain", "run_rounds"]
 def _round_k(xp: object, drafter: Drafter, state: State, wanted: int, metrics: Metrics
              ) -> tuple[int, Array | None, list[int], list[bool] | None] | None:
     """This round's K, the per-row draft lengths (None when every active row drafts K), each
-    row's wanted length (-1 for a done row) and, for a drafter that says so, which rows
-    propose a copy (else None); or None when every row is done. One host read: the rows'
-    wanted lengths, tokens left and copy flags.
+    row's wanted length (-1 for a done row) and, for a hybrid drafter, which rows propose a
+    copy (else None); or None when every row is done. One host read: the rows' wanted
+    lengths, tokens left and copy flags.
 
     A drafter may draft fewer tokens for some rows (`Drafter.draft_lengths`, read from
-    each row's committed tokens, or `draft_plan`, which also says which rows copy); the
-    round drafts the longest active row's length, or, for a drafter that rates rounds by
-    their cost (`round_cost`, the `auto` drafter), the width `batch_width` predicts to end
-    the call soonest from the rows' tokens left and the acceptance so far of proposals of
-    each length and kind (`Metrics.alpha_at`, prior `WIDTH_PRIOR`).
+    each row's committed tokens, or a hybrid's `draft_plan`, which also says which rows
+    copy); the round drafts the longest active row's length, or, for the `auto` drafter
+    whose scheduler narrows rounds, the width `Scheduler.width` rates fastest.
     """
-    plan = getattr(drafter, "draft_plan", None)
-    if plan is not None:
-        lengths, copies = plan(state.draft_state, state.tokens, state.lengths, wanted)  # [B], [B]
+    hybrid = drafter if isinstance(drafter, HybridDrafter) else None
+    if hybrid is not None:
+        # [B] lengths, [B] copy flags
+        lengths, copies = hybrid.draft_plan(state.draft_state, state.tokens, state.lengths, wanted)
         flags = [xp.astype(copies, xp.int64)]  # type: ignore[attr-defined]
     else:
         lengths, flags = drafter.draft_lengths(state.tokens, state.lengths, wanted), []
@@ -54,13 +54,10 @@ def _round_k(xp: object, drafter: Drafter, state: State, wanted: int, metrics: M
         return None
     active = [wanted_by_row[b] for b in rows]
     k = max(active)
-    cost = getattr(drafter, "round_cost", None)
-    if cost is not None and k > 0:
-        rates = [metrics.alpha_at(wanted_by_row[b], *WIDTH_PRIOR, copied=bool(copied and copied[b]))
-                 if wanted_by_row[b] >= 1 else 0.0 for b in rows]
-        if copied is not None and all(copied[b] for b in rows if wanted_by_row[b] >= 1):
-            cost = functools.partial(cost, modelled=False)  # every drafting row copies
-        k = batch_width(active, [left_by_row[b] for b in rows], batch, rates, cost)
+    gate = None if hybrid is None else hybrid.scheduler
+    if isinstance(gate, Scheduler) and gate.narrows and k > 0:
+        k = gate.width(active, [left_by_row[b] for b in rows],
+                       None if copied is None else [copied[b] for b in rows], batch, metrics)
     if k == 0 or all(v == k for v in active):
         return k, None, wanted_by_row, copied
     return k, xp.minimum(lengths, k), wanted_by_row, copied  # type: ignore[attr-defined]

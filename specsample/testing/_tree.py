@@ -316,7 +316,7 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         raise TypeError(f"params: expected SamplingParams, got {type(params).__name__}")
     lookup = None
     if isinstance(drafter, HybridDrafter):
-        if drafter.cost_ratio is not None:
+        if drafter.scheduler is not None:
             raise TypeError("drafter: an `auto` hybrid's gate reads each row's record and the "
                             "batch's widths, which the tree sampler does not model; sample "
                             "through the engine (or use `hybrid`)")
