@@ -331,7 +331,8 @@ def test_a_copying_round_is_rated_without_the_models_cost_and_filed_as_a_copy() 
     first = steps[0].metrics
     assert steps[0].k >= 1 and sum(first.copied_trials_at) >= 1 and first.trials_at == ()
     # Negative control: charged the model's drafts, the same round rates below a plain step.
-    from specsample.engine.scheduler import WIDTH_PRIOR, batch_width
+    from specsample.engine.ratings import batch_width
+    from specsample.engine.scheduler import WIDTH_PRIOR
 
     assert batch_width([3], [30], 1, WIDTH_PRIOR.alpha, gate.round_cost) == 0
     assert batch_width([3], [30], 1, WIDTH_PRIOR.alpha,

@@ -131,7 +131,7 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
 class WidthCost:
     """(batch, width) -> the time of a target forward of `width` positions per row over that of
     one position, at `batch` rows: what a round that verifies width - 1 drafts per row costs
-    in plain steps (`specsample.engine.scheduler.batch_width`).
+    in plain steps (`specsample.engine.ratings.batch_width`).
 
     Each pair is measured once, when first asked (a prefill of `prompt` in every row, then
     the medians of `repeats` timed forwards of each width at the same cache position, the
