@@ -467,3 +467,15 @@ def test_the_fingerprint_ignores_where_the_target_was_loaded_from(target: HFMode
     with torch.no_grad():
         other.module.model.norm.weight[0] += 1e-6
     assert fingerprint(other) != fingerprint(target)
+
+
+def test_a_head_outside_the_core_round_says_what_the_round_calls(target: HFModel) -> None:
+    head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6])))
+    ids, lengths = torch.tensor([[1, 2, 3]]), torch.tensor([3])
+    for drafter in (HeadDrafter(head), HeadTreeDrafter(head, nodes=2)):
+        name = type(drafter).__name__
+        with pytest.raises(TypeError, match=f"{name}.start: the head reads the target's features; .* "
+                                            f"calls start_features"):
+            drafter.start(ids, lengths, 8)
+        with pytest.raises(TypeError, match=f"{name}.advance: .* calls advance_features"):
+            drafter.advance(None, lengths)  # type: ignore[arg-type]

@@ -219,7 +219,7 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None, fa
                            width_cost=_width_cost(target), candidates=AUTO_MODELS)
 
 
-# The models a bare "auto" weighs (`specsample.api.draft_names.choose_model`): the shipped head where
+# The models a bare "auto" weighs (`specsample.engine.scheduler.choose`): the shipped head where
 # it was trained for this target, and the int8 self-draft; the one whose one-draft round
 # rates faster here is taken.
 AUTO_MODELS = ("head", "int8")

@@ -26,6 +26,13 @@ from specsample.drafters.model import DraftRating, DraftState, ModelDrafter
 __all__ = ["DistillPlan", "FeatureHead", "HeadDrafter", "HeadTreeDrafter"]
 
 
+def _needs_features(method: str, instead: str) -> TypeError:
+    """The error of a drafter method that a feature head cannot serve without the target's
+    features: the core round calls `instead` in its place."""
+    return TypeError(f"{method}: the head reads the target's features; run it through the core round "
+                     f"(specsample.generate), which calls {instead}")
+
+
 @runtime_checkable
 class FeatureHead(Model, Protocol):
     """A draft Model that reads the feature of the previous position from its cache."""
@@ -56,13 +63,11 @@ class HeadDrafter(ModelDrafter):
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> DraftState:
         """Not available: the head needs the target's features (`start_features`)."""
-        raise TypeError("HeadDrafter.start: the head reads the target's features; run it through "
-                        "the core round (specsample.generate), which calls start_features")
+        raise _needs_features(f"{type(self).__name__}.start", "start_features")
 
     def advance(self, state: DraftState, lengths: Array) -> DraftState:
         """Not available: the head needs the target's features (`advance_features`)."""
-        raise TypeError("HeadDrafter.advance: the head reads the target's features; run it through "
-                        "the core round (specsample.generate), which calls advance_features")
+        raise _needs_features(f"{type(self).__name__}.advance", "advance_features")
 
     def unfed_cache(self, tokens: Array, lengths: Array, capacity: int, features: Array | None) -> Cache:
         """A new head cache holding the target's features of the prompts (each but its last
@@ -131,13 +136,11 @@ class HeadTreeDrafter:
 
     def start(self, tokens: Array, lengths: Array, capacity: int) -> Any:
         """Not available: the head needs the target's features (`start_features`)."""
-        raise TypeError("HeadTreeDrafter.start: the head reads the target's features; run it through "
-                        "the core round (specsample.generate), which calls start_features")
+        raise _needs_features(f"{type(self).__name__}.start", "start_features")
 
     def advance(self, state: Any, lengths: Array) -> Any:
         """Not available: the head needs the target's features (`advance_features`)."""
-        raise TypeError("HeadTreeDrafter.advance: the head reads the target's features; run it through "
-                        "the core round (specsample.generate), which calls advance_features")
+        raise _needs_features(f"{type(self).__name__}.advance", "advance_features")
 
     def propose_tree(self, tokens: Array, lengths: Array, nodes: int, depth: int) -> TreeProposal:
         """Not available: the head drafts from its cache (`propose_from`)."""
