@@ -67,7 +67,30 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         sys.modules[module.__name__] = importlib.import_module(new)
 
 
+class _Package(ModuleType):
+    """A package whose public functions keep their names when an old module path of the same
+    name is imported.
+
+    The import system binds a freshly loaded submodule as an attribute of its parent. Several
+    old paths share a name with the function the package exports (`specsample.generate`,
+    `specsample.verify`, `specsample.warp`, ...); without this guard, `import
+    specsample.generate` anywhere in a process would replace the function `specsample.generate`
+    with a module.
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        current = self.__dict__.get(name)
+        if (isinstance(value, ModuleType) and f"{self.__name__}.{name}" in MOVED
+                and current is not None and not isinstance(current, ModuleType)):
+            return
+        super().__setattr__(name, value)
+
+
 def install() -> None:
-    """Put the alias finder on `sys.meta_path` (once)."""
+    """Put the alias finder on `sys.meta_path` (once) and guard the packages' exported names."""
     if not any(isinstance(finder, _Alias) for finder in sys.meta_path):
         sys.meta_path.append(_Alias())
+    for parent in {old.rpartition(".")[0] for old in MOVED}:
+        package = sys.modules.get(parent)
+        if package is not None and type(package) is ModuleType:
+            package.__class__ = _Package

@@ -237,6 +237,26 @@ def test_a_lazy_cycle_and_an_upward_import_are_caught(tmp_path: Path) -> None:
                                          "specsample.core.verify -> specsample.engine.round"]
 
 
+def test_an_old_path_leaves_the_function_of_its_name_in_place() -> None:
+    """Importing `specsample.generate` (an old module path) in a fresh process keeps
+    `specsample.generate` the function; so for every exported name an old path shares."""
+    import subprocess
+    import sys
+
+    names = ["generate", "verify", "verify_block", "verify_tree", "sample", "warp"]
+    code = ("import types, warnings, importlib, specsample\n"
+            "warnings.simplefilter('ignore', DeprecationWarning)\n"
+            f"for name in {names!r}:\n"
+            "    assert callable(getattr(specsample, name)), name\n"
+            "    importlib.import_module('specsample.' + name)\n"
+            "    value = getattr(specsample, name)\n"
+            "    assert not isinstance(value, types.ModuleType), name\n"
+            "    assert value is getattr(importlib.import_module('specsample'), name)\n"
+            "assert isinstance(specsample.rng, types.ModuleType)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
 def test_the_flat_layout_paths_still_import() -> None:
     """The module paths of the flat layout give the moved modules themselves, with a warning."""
     import importlib
