@@ -10,7 +10,8 @@ from specsample.core.cache import Cache
 from specsample.core.params import SamplingParams
 
 __all__ = ["Drafter", "FeatureDrafter", "FeatureModel", "FeatureTreeDrafter", "Model", "Proposal",
-           "SelectiveModel", "SkippingDrafter", "TreeDrafter", "TreeModel", "TreeProposal", "check_columns",
+           "SelectiveModel", "SkippingDrafter", "StatefulTreeDrafter", "TreeDrafter", "TreeModel",
+           "TreeProposal", "check_columns",
            "forward_select", "reads_features"]
 
 
@@ -269,7 +270,17 @@ class TreeDrafter(Protocol):
 
 
 @runtime_checkable
-class FeatureTreeDrafter(TreeDrafter, Protocol):
+class StatefulTreeDrafter(TreeDrafter, Protocol):
+    """A tree drafter that keeps state between rounds (a draft model's cache): the round asks
+    it for a tree with its state (`propose_from`) instead of calling `propose_tree`."""
+
+    def propose_from(self, state: Any, tokens: Array, lengths: Array, nodes: int, depth: int
+                     ) -> tuple[TreeProposal, Any]:
+        """A tree of at most `nodes` nodes and `depth` levels per row, and the state after it."""
+
+
+@runtime_checkable
+class FeatureTreeDrafter(StatefulTreeDrafter, Protocol):
     """A tree drafter that reads the target's features (a feature-level draft head): the round
     gives it the features of the committed positions of every forward instead of calling
     `start` and `advance`, and asks it for a tree with its state (`propose_from`). Its trees
@@ -285,7 +296,3 @@ class FeatureTreeDrafter(TreeDrafter, Protocol):
         """`advance`, with the features [B, W, D] of the round's committed path: column j is
         position first[b] + j of row b (the last committed token's, then the accepted
         nodes'; columns past a row's accepted path are not the target's and are ignored)."""
-
-    def propose_from(self, state: Any, tokens: Array, lengths: Array, nodes: int, depth: int
-                     ) -> tuple[TreeProposal, Any]:
-        """A tree of at most `nodes` nodes and `depth` levels per row, and the state after it."""

@@ -13,8 +13,8 @@ from specsample.core.params import SamplingParams
 from specsample.core.protocols import (
     Drafter,
     FeatureModel,
-    FeatureTreeDrafter,
     Model,
+    StatefulTreeDrafter,
     TreeDrafter,
     forward_select,
     reads_features,
@@ -111,7 +111,7 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
 
     def draft_step() -> None:
         nonlocal state
-        if isinstance(drafter, FeatureTreeDrafter):  # a whole tree, from the drafter's state
+        if isinstance(drafter, StatefulTreeDrafter):  # a whole tree, from the drafter's state
             tree, state = drafter.propose_from(state, prompt, lengths, drafter.nodes, drafter.depth)
             _sync(tree.tokens)
             state = advance(state)

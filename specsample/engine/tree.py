@@ -16,7 +16,7 @@ from specsample._array import Array, check_int, device, host_ints, namespace
 from specsample.core.cache import check_live, rollback
 from specsample.core.metrics import Metrics
 from specsample.core.params import SamplingParams
-from specsample.core.protocols import FeatureTreeDrafter, TreeDrafter, TreeModel
+from specsample.core.protocols import FeatureTreeDrafter, StatefulTreeDrafter, TreeDrafter, TreeModel
 from specsample.core.rng import Seed, round_uniforms
 from specsample.core.sample import sample
 from specsample.core.verifiers import tree_rule
@@ -53,8 +53,8 @@ def tree_round_step(state: State, target: TreeModel, drafter: TreeDrafter, *, no
     check_live(state.target_cache, "state.target_cache")
     xp = namespace(state.tokens)
     reader = drafter if isinstance(drafter, FeatureTreeDrafter) else None
-    if reader is not None:
-        tree, draft_state = reader.propose_from(state.draft_state, state.tokens, state.lengths, nodes, depth)
+    if isinstance(drafter, StatefulTreeDrafter):  # a draft model's cache, or a head's
+        tree, draft_state = drafter.propose_from(state.draft_state, state.tokens, state.lengths, nodes, depth)
     else:
         tree, draft_state = drafter.propose_tree(state.tokens, state.lengths, nodes, depth), state.draft_state
     # Only the columns some row uses are scored (the rest would be masked anyway).

@@ -201,9 +201,11 @@ def _node_keys(context: Key, tokens: NDArray[np.int64], parents: NDArray[np.int6
 
 def _speculative_tree(target: PrefixLaws, drafter: Any, prompt: NDArray[np.int64],
                       out: NDArray[np.int64], *, length: int, cut: int, seed: int,
-                      row_ids: NDArray[np.int64], verifier: Callable[..., Any], batch: int) -> None:
+                      row_ids: NDArray[np.int64], verifier: Callable[..., Any], batch: int,
+                      like: Array) -> None:
     """Fill `out` [R, length] with tree rounds: each row's deterministic tree from its own
-    context (built once per distinct context), verified as `tree_round_step` does.
+    context (built once per distinct context, its ids on `like`'s library and device),
+    verified as `tree_round_step` does.
 
     Round t of row b reads the verification columns of `round_uniforms(seed, t, ., N)` of
     that row, as `run_tree_rounds` lays them out: one test per node, then the final token.
@@ -218,7 +220,7 @@ def _speculative_tree(target: PrefixLaws, drafter: Any, prompt: NDArray[np.int64
         u = round_uniforms(seed, step, active.size, nodes, row_ids=row_ids[active])[:, nodes:]
         contexts = [tuple(int(t) for t in out[r, : depth[r]]) for r in active]
         _build_trees(drafter, prompt, [c for c in dict.fromkeys(contexts) if c not in trees],
-                     nodes, depth_max, trees)
+                     nodes, depth_max, trees, like=like)
         keys = [_node_keys(c, *trees[c], cut) for c in contexts]
         target.fill(key for row in keys for key in row)
         for s in range(0, active.size, rows_per_call):
@@ -235,9 +237,10 @@ def _speculative_tree(target: PrefixLaws, drafter: Any, prompt: NDArray[np.int64
 
 
 def _build_trees(drafter: Any, prompt: NDArray[np.int64], contexts: list[Key], nodes: int,
-                 depth: int, trees: dict[Key, tuple[NDArray[np.int64], NDArray[np.int64], int]]
-                 ) -> None:
-    """The drafter's tree after prompt + each context, in one call, into `trees`."""
+                 depth: int, trees: dict[Key, tuple[NDArray[np.int64], NDArray[np.int64], int]], *,
+                 like: Array) -> None:
+    """The drafter's tree after prompt + each context, in one call (ids on `like`'s library
+    and device, as a drafter over a model reads them), into `trees`."""
     if not contexts:
         return
     width = prompt.shape[1] + max(len(c) for c in contexts)
@@ -247,7 +250,9 @@ def _build_trees(drafter: Any, prompt: NDArray[np.int64], contexts: list[Key], n
     lengths = np.array([prompt.shape[1] + len(c) for c in contexts], dtype=np.int64)
     # A drafter that keeps what it proposed (a suffix tree's memory) offers `trees`, which
     # changes nothing: these contexts are the sampler's, not a call's.
-    tree = getattr(drafter, "trees", drafter.propose_tree)(ids, lengths, nodes, depth)
+    xp = namespace(like)
+    tree = getattr(drafter, "trees", drafter.propose_tree)(
+        xp.asarray(ids, device=device(like)), xp.asarray(lengths, device=device(like)), nodes, depth)
     if tree.probs is not None:
         raise TypeError(f"drafter: the tree sampler verifies deterministic trees (probs None); "
                         f"{type(drafter).__name__} drew its tree from a law: sample through the engine")
@@ -363,7 +368,7 @@ def tree_samples(target: Model, drafter: Any, prompt: Array, *, n: int, k: int,
         ids = np.arange(first_row + block.start, first_row + block.stop, dtype=np.int64)
         if q is None:
             _speculative_tree(p, drafter, host_array(prompt).astype(np.int64), spec[block], length=length,
-                              cut=cut, seed=seed, row_ids=ids, verifier=rule, batch=batch)
+                              cut=cut, seed=seed, row_ids=ids, verifier=rule, batch=batch, like=prompt)
         else:
             _speculative(p, q, spec[block], k=k, length=length, cut=cut, seed=seed, row_ids=ids,
                          verifier=verifier, batch=batch, stops=None if threshold is None else drafter,
