@@ -148,3 +148,30 @@ def test_one_hot_rule_on_sampled_trees_is_exact():
     # (draft_probs=None); only mixing q = 1 into the ratio while subtracting q breaks the law.
     for case in _STOCHASTIC:
         assert tree_checker.check(*case, one_hot=True), case
+
+
+# --- trees grown by the draft's confidence: the implementation's grow_tree and verify_tree ------
+
+@pytest.mark.parametrize("case", tree_checker.GROWN_CASES, ids=str)
+def test_trees_grown_by_the_drafts_confidence_keep_the_target_law_exactly(case):
+    # Each round's tree is grow_tree's on the draft's laws after that round's context (its
+    # shape changes with the context), over at least two rounds.
+    assert tree_checker.check_grown(*case)
+
+
+@pytest.mark.parametrize("case", tree_checker.GROWN_CASES, ids=str)
+def test_a_grown_tree_that_peeks_at_the_target_fails_the_exact_check(case):
+    # The negative control: the token the target will draw with the final uniform goes first
+    # below the root. Cutting the final uniform at the target's CDF without changing the tree
+    # is exact, so the failure is the peek's.
+    assert not tree_checker.check_grown(*case, peek=True)
+    assert tree_checker.check_grown(*case, peek=False)
+
+
+def test_grown_trees_change_shape_with_the_context():
+    import itertools
+
+    _, q = tree_checker.models(4, 2)
+    grow = tree_checker.grown(q, nodes=4, depth=3, branch=2)
+    shapes = {grow(context)[0][1] for context in itertools.product(range(4), repeat=2)}
+    assert len(shapes) > 1, shapes

@@ -14,7 +14,13 @@ Tree drafts, per round, from the context c at the root:
 - stochastic: each node's children are drawn i.i.d. (with replacement) from the draft
   law q(. | c + the path to the node), every assignment enumerated with its weight;
 - deterministic: the j-th child of a node is the draft law's j-th most likely token
-  there (distinct siblings, no randomness).
+  there (distinct siblings, no randomness);
+- grown by the draft's confidence: the implementation's `grow_tree` builds each round's
+  tree from the draft laws after the round's context (its shape changes with the context),
+  verified as deterministic candidates. The negative control grows the same tree but puts
+  the token the target will draw with the round's final uniform first below the root (a
+  tree that peeks at the target): the final uniform's cells are then cut at the target's
+  CDF, each piece with its own tree, and the law must differ.
 
 Run: python proofs/exact/tree.py  (exit status 0 when every case matches).
 """
@@ -77,9 +83,60 @@ def _trees(q: LawFn, context: tuple[int, ...], parents: Sequence[int], determini
     return trees
 
 
+# A round's tree: (tokens, parents, the final uniform's interval it is drawn on); a Grower
+# gives a context's trees.
+Grown = tuple[tuple[int, ...], tuple[int, ...], tuple[Fraction, Fraction]]
+Grower = Callable[[tuple[int, ...]], list[Grown]]
+
+
+def grown(q: LawFn, *, nodes: int, depth: int, branch: int) -> Grower:
+    """The implementation's confidence-grown tree after each context (one tree, every uniform)."""
+    from specsample.drafters.confidence import grow_tree
+
+    def grow(context: tuple[int, ...]) -> list[Grown]:
+        def expand(fed: np.ndarray, parents: np.ndarray) -> np.ndarray:
+            laws = []
+            for i in range(fed.shape[1]):
+                path, j = [], i
+                while j >= 0:
+                    path.append(int(fed[0, j]))
+                    j = int(parents[0, j])
+                laws.append([float(x) for x in q(context + tuple(reversed(path)))])
+            return np.array([laws])
+
+        root = np.array([[float(x) for x in q(context)]])
+        tree = grow_tree(root, expand, nodes=nodes, depth=depth, branch=branch)
+        size = int(tree.sizes[0])
+        tokens = tuple(int(t) for t in tree.tokens[0, :size])
+        return [(tokens, tuple(int(a) for a in tree.parents[0, :size]), (Fraction(0), Fraction(1)))]
+
+    return grow
+
+
+def peeking(grow: Grower, p: LawFn, *, peek: bool = True) -> Grower:
+    """`grow`'s tree with the token the target draws with the final uniform (inverse CDF of
+    p after the context) as the root's first child: a growth that reads the target. The
+    final uniform is cut at p's CDF, one tree per piece. With `peek=False` every piece keeps
+    `grow`'s own tree (the cutting alone, which changes nothing)."""
+
+    def split(context: tuple[int, ...]) -> list[Grown]:
+        out = []
+        cdf = [Fraction(0), *itertools.accumulate(p(context))]
+        for (tokens, parents, _), y in itertools.product(grow(context), range(len(cdf) - 1)):
+            if cdf[y + 1] > cdf[y]:
+                tree = ((y, *tokens), (-1, *(a + 1 if a >= 0 else -1 for a in parents))) if peek \
+                    else (tokens, parents)
+                out.append((*tree, (cdf[y], cdf[y + 1])))
+        return out
+
+    return split
+
+
 def _walks(p_laws: list[list[Fraction]], q_laws: list[list[Fraction]], tokens: Sequence[int],
-           parents: Sequence[int]) -> list[tuple[list[Fraction], Fraction]]:
-    """(uniforms at cell midpoints [N+1], cell length) along the proved rule's walk."""
+           parents: Sequence[int], final: tuple[Fraction, Fraction] = (Fraction(0), Fraction(1))
+           ) -> list[tuple[list[Fraction], Fraction]]:
+    """(uniforms at cell midpoints [N+1], cell length) along the proved rule's walk, the final
+    uniform within `final`."""
     nodes, vocab = len(tokens), len(p_laws[0])
     out: list[tuple[list[Fraction], Fraction]] = []
 
@@ -87,8 +144,9 @@ def _walks(p_laws: list[list[Fraction]], q_laws: list[list[Fraction]], tokens: S
         if i == nodes:
             total = sum(residual)
             cdf = [x / total for x in itertools.accumulate(residual)]
-            for a, b in _cells(cdf):
-                out.append(([*u, (a + b) / 2], weight * (b - a)))
+            for a, b in _cells([*cdf, *final]):
+                if final[0] <= a and b <= final[1]:
+                    out.append(([*u, (a + b) / 2], weight * (b - a)))
             return
         if parents[i] != current:
             walk(i + 1, current, residual, [*u, Fraction(1, 2)], weight)
@@ -106,15 +164,25 @@ def _walks(p_laws: list[list[Fraction]], q_laws: list[list[Fraction]], tokens: S
     return out
 
 
-def round_law(p: LawFn, q: LawFn, context: tuple[int, ...], parents: Sequence[int], *, vocab: int,
-              deterministic: bool, verifier: Verifier = verify_tree, one_hot: bool = False) -> Law:
+def round_law(p: LawFn, q: LawFn, context: tuple[int, ...], parents: Sequence[int] | Grower, *,
+              vocab: int, deterministic: bool, verifier: Verifier = verify_tree, one_hot: bool = False
+              ) -> Law:
     """The exact law of one tree round's emitted tokens, as `verifier` emits them.
 
+    `parents`: a fixed shape, or a Grower (the round's deterministic trees after the context).
     `one_hot`: pass draft_probs=None for stochastic trees (the verifier then treats the
     sampled nodes as deterministic candidates).
     """
+    if callable(parents):
+        law: Law = {}
+        for tokens, shape, final in parents(context):
+            p_laws = [p(context)] + [p(context + tuple(tokens[j] for j in path)) for path in _paths(shape)]
+            q_laws = [[Fraction(int(t == x)) for t in range(vocab)] for x in tokens]
+            _emit(law, verifier, tokens, shape, p_laws, _walks(p_laws, q_laws, tokens, shape, final),
+                  Fraction(1), vocab)
+        return law
     paths = _paths(parents)
-    law: Law = {}
+    law = {}
     for tokens, weight in _trees(q, context, parents, deterministic):
         before = [context + tuple(tokens[j] for j in path[:-1]) for path in paths]
         p_laws = [p(context)] + [p(context + tuple(tokens[j] for j in path)) for path in paths]
@@ -122,24 +190,31 @@ def round_law(p: LawFn, q: LawFn, context: tuple[int, ...], parents: Sequence[in
         if deterministic or one_hot:
             q_laws = [[Fraction(int(t == x)) for t in range(vocab)] for x in tokens]
         walks = _walks(p_laws, q_laws, tokens, parents)
-        rows = len(walks)
-        q_given = None if deterministic or one_hot else \
-            np.broadcast_to(_floats(q_laws), (rows, len(tokens), vocab))
-        verdict = verifier(
-            np.tile(np.array(tokens), (rows, 1)), np.array(parents), q_given,
-            np.broadcast_to(_floats(p_laws), (rows, len(tokens) + 1, vocab)),
-            np.array([[float(x) for x in u] for u, _ in walks]))
-        for (_, cell), out, n in zip(walks, verdict.tokens, verdict.num_accepted, strict=True):  # type: ignore[attr-defined]
-            emitted = tuple(int(t) for t in out[: int(n) + 1])
-            law[emitted] = law.get(emitted, Fraction(0)) + weight * cell
+        q_given = None if deterministic or one_hot else q_laws
+        _emit(law, verifier, tokens, parents, p_laws, walks, weight, vocab, q_given)
     return law
+
+
+def _emit(law: Law, verifier: Verifier, tokens: Sequence[int], parents: Sequence[int],
+          p_laws: list[list[Fraction]], walks: list[tuple[list[Fraction], Fraction]], weight: Fraction,
+          vocab: int, q_laws: list[list[Fraction]] | None = None) -> None:
+    """Call `verifier` once per cell of `walks` and add each emitted sequence's weight to `law`."""
+    rows = len(walks)
+    q_given = None if q_laws is None else np.broadcast_to(_floats(q_laws), (rows, len(tokens), vocab))
+    verdict = verifier(
+        np.tile(np.array(tokens), (rows, 1)), np.array(parents), q_given,
+        np.broadcast_to(_floats(p_laws), (rows, len(tokens) + 1, vocab)),
+        np.array([[float(x) for x in u] for u, _ in walks]))
+    for (_, cell), out, n in zip(walks, verdict.tokens, verdict.num_accepted, strict=True):  # type: ignore[attr-defined]
+        emitted = tuple(int(t) for t in out[: int(n) + 1])
+        law[emitted] = law.get(emitted, Fraction(0)) + weight * cell
 
 
 def _floats(laws: list[list[Fraction]]) -> np.ndarray:
     return np.array([[float(x) for x in law] for law in laws])
 
 
-def sequence_law(p: LawFn, q: LawFn, prefix: tuple[int, ...], parents: Sequence[int], *, vocab: int,
+def sequence_law(p: LawFn, q: LawFn, prefix: tuple[int, ...], parents: Sequence[int] | Grower, *, vocab: int,
                  length: int, deterministic: bool, rounds: dict[tuple[int, ...], Law] | None = None,
                  **kwargs: object) -> Law:
     """The exact law of the first `length` emitted tokens, composing tree rounds."""
@@ -183,6 +258,23 @@ def check(shape: str, vocab: int, order: int, length: int, deterministic: bool, 
     return got == autoregressive_law(p, PREFIX, length=length, vocab_size=vocab)
 
 
+GROWN_CASES = [  # (nodes, depth, branch, vocab, order, length)
+    (3, 2, 2, 3, 2, 3), (4, 3, 2, 4, 2, 4), (5, 3, 3, 4, 1, 4),
+]
+
+
+def check_grown(nodes: int, depth: int, branch: int, vocab: int, order: int, length: int, *,
+                peek: bool | None = None, **kwargs: object) -> bool:
+    """Whether confidence-grown trees (`grow_tree` on the draft's laws) keep the target's law;
+    with `peek` (see `peeking`), trees that also hold what the target will draw (True) or
+    the same trees with the final uniform cut at the target's CDF (False)."""
+    p, q = models(vocab, order)
+    grow = grown(q, nodes=nodes, depth=depth, branch=branch)
+    got = sequence_law(p, q, PREFIX, grow if peek is None else peeking(grow, p, peek=peek), vocab=vocab,
+                       length=length, deterministic=True, **kwargs)
+    return got == autoregressive_law(p, PREFIX, length=length, vocab_size=vocab)
+
+
 def main() -> int:
     ok = True
     for case in CASES:
@@ -192,6 +284,12 @@ def main() -> int:
         kind = "deterministic" if det else "stochastic i.i.d."
         print(f"tree ({shape}): V={vocab} order={order} first {length} tokens {kind} siblings: "
               f"{'exact' if passed else 'MISMATCH'}")
+    for case in GROWN_CASES:
+        passed = check_grown(*case)
+        ok &= passed
+        nodes, depth, branch, vocab, order, length = case
+        print(f"tree grown by the draft's confidence ({nodes} nodes, depth {depth}, branch {branch}): "
+              f"V={vocab} order={order} first {length} tokens: {'exact' if passed else 'MISMATCH'}")
     return 0 if ok else 1
 
 
