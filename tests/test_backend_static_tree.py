@@ -199,3 +199,16 @@ def test_a_tree_the_graphs_cannot_hold_is_a_clear_error(target: HFModel, kind: s
     backend = create_cpu({"buckets": [48, 96], "dtype": "float64", "compiler": "aot_eager"})
     with pytest.raises(error, match=match):
         backend.generate(target, _Lying(kind), PROMPTS, RunOptions(max_new_tokens=4, prompt_lengths=LENGTHS))
+
+
+def test_a_drafter_with_state_is_a_clear_error(target: HFModel) -> None:
+    # The graphs take each round's tree from a drafter without state; a grown tree drafts from
+    # its draft model's cache, which the static engine does not hold.
+    from specsample.drafters.confidence import ConfidenceTreeDrafter
+
+    backend = create_cpu({"buckets": [48, 96], "dtype": "float64", "compiler": "aot_eager"})
+    drafter = ConfidenceTreeDrafter(tree_llama(1), nodes=4, depth=2)
+    match = r"drafter: the static-cpu backend's graphs take trees from a drafter without state .* " \
+            r"ConfidenceTreeDrafter .* run it on the torch backend"
+    with pytest.raises(TypeError, match=match):
+        backend.generate(target, drafter, PROMPTS, RunOptions(max_new_tokens=4, prompt_lengths=LENGTHS))

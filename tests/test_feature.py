@@ -30,8 +30,10 @@ from specsample_backends.torch.head import (
 )
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from specsample.core.cache import rollback
 from specsample.core.params import SamplingParams
 from specsample.core.warp import warp
+from specsample.drafters.confidence import HeadConfidenceTreeDrafter
 from specsample.drafters.head import HeadDrafter, HeadTreeDrafter
 from specsample.drafters.hybrid import FeatureHybridDrafter
 from specsample.drafters.lookup import PromptLookupDrafter
@@ -129,6 +131,65 @@ def test_a_head_tree_decodes_greedily_as_plain(target: HFModel, vocab: torch.Ten
     assert torch.equal(spec.sequences, plain.sequences)
     assert spec.metrics.accepted > 0  # some candidate is the target's token
     assert spec.metrics.drafted == nodes * spec.metrics.row_rounds
+
+
+def _shaken(target: HFModel, vocab: torch.Tensor | None = None) -> HeadModel:
+    """A head whose every weight is moved off its start (which copies the previous feature), so
+    that a wrong feature, position or mask changes its output."""
+    torch.manual_seed(3)
+    head = DraftHead(target, vocab=vocab)
+    with torch.no_grad():
+        for parameter in head.parameters():
+            parameter.add_(0.2 * torch.randn_like(parameter))
+    return HeadModel(head)
+
+
+def test_a_head_tree_forward_gives_each_node_its_paths_logits(target: HFModel) -> None:
+    # Grown as a drafter grows it: the root's children, then the tree fed again with a child
+    # below the first; each node's logits equal a chain forward of its path, feature by feature.
+    head = _shaken(target)
+    drafter = HeadDrafter(head)
+    ids, lengths = torch.tensor([PROMPT]), torch.tensor([len(PROMPT)])
+    state = start(target, drafter, ids, lengths, capacity=16, stop_lengths=lengths + 4).draft_state
+    buffer = torch.cat([ids, torch.zeros((1, 11), dtype=torch.int64)], 1)
+    _, cache = drafter._feed(state, buffer, lengths)
+    first, grown = head.forward_tree(torch.tensor([[2, 6]]), torch.tensor([[-1, -1]]), cache)
+    cache = rollback(grown, lengths)
+    second, grown = head.forward_tree(torch.tensor([[2, 6, 4]]), torch.tensor([[-1, -1, 0]]), cache)
+    cache = rollback(grown, lengths)
+    for tokens, want in (([2], second[0, 0]), ([6], second[0, 1]), ([2, 4], second[0, 2])):
+        for token in tokens:  # one at a time, as a chain drafts: each reads its predecessor's feature
+            chain, cache = head.forward(torch.tensor([[token]]), cache)
+        cache = rollback(cache, lengths)
+        assert torch.allclose(chain[0, -1], want, atol=1e-12), tokens
+    assert torch.allclose(first[0], second[0, :2], atol=1e-12)
+    with pytest.raises(ValueError, match="parents: expected -1 or an earlier token's index"):
+        head.forward_tree(torch.tensor([[2, 6]]), torch.tensor([[-1, 1]]), cache)
+    with pytest.raises(TypeError, match="parents: expected an int64 tensor shaped like tokens"):
+        head.forward_tree(torch.tensor([[2, 6]]), torch.tensor([-1, -1]), cache)
+
+
+@pytest.mark.parametrize("vocab", [None, torch.tensor([0, 2, 3, 5, 7])], ids=["all", "subset"])
+def test_a_grown_head_tree_decodes_greedily_as_plain(target: HFModel, vocab: torch.Tensor | None) -> None:
+    drafter = HeadConfidenceTreeDrafter(_shaken(target, vocab), nodes=5, depth=3, branch=2)
+    ids = torch.tensor([[*PROMPT, 0, 0], [4, 4, 6, 1, 0, 2, 5]])  # ragged
+    lengths = torch.tensor([5, 7])
+    plain = generate_plain(target, ids, max_new_tokens=24, params=GREEDY, prompt_lengths=lengths)
+    spec = generate(target, drafter, ids, max_new_tokens=24, params=GREEDY, prompt_lengths=lengths)
+    assert torch.equal(spec.sequences, plain.sequences)
+    assert spec.metrics.accepted > 0
+
+
+def test_bad_grown_head_trees_are_clear_errors(target: HFModel) -> None:
+    with pytest.raises(TypeError, match="head: expected a FeatureHead"):
+        HeadConfidenceTreeDrafter(target, nodes=4)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="nodes: expected an int >= 1, got 0"):
+        HeadConfidenceTreeDrafter(_shaken(target), nodes=0)
+    drafter = HeadConfidenceTreeDrafter(_shaken(target), nodes=4)
+    for call in (lambda: drafter.start(torch.tensor([PROMPT]), torch.tensor([5]), 16),
+                 lambda: drafter.propose_tree(torch.tensor([PROMPT]), torch.tensor([5]), 4, 2)):
+        with pytest.raises(TypeError, match="the head reads the target's features"):
+            call()
 
 
 def test_a_one_node_head_tree_drafts_what_the_chain_head_drafts(target: HFModel) -> None:
@@ -246,6 +307,8 @@ def _drafter(target: HFModel, kind: str) -> Any:
         return HeadTreeDrafter(head, nodes=3)
     if kind == "tree-negative-control":
         return _LyingTree(head, nodes=3)
+    if kind == "grown":  # trees of 4 nodes over 3 levels grown by the head's confidence
+        return HeadConfidenceTreeDrafter(head, nodes=4, depth=3, branch=2)
     if kind == "hybrid":  # prompt lookup where the context repeats (often, at V = 8), the head elsewhere
         return FeatureHybridDrafter(HeadDrafter(head))
     if kind == "auto":  # ... and the head only where Thm 3.8 predicts a gain at c = 0.3
@@ -257,8 +320,8 @@ def _drafter(target: HFModel, kind: str) -> Any:
     return HeadDrafter(head)
 
 
-@pytest.mark.parametrize("kind", ["head", "hybrid", "auto", "tree", "auto-fan-out", "negative-control",
-                                  "tree-negative-control"])
+@pytest.mark.parametrize("kind", ["head", "hybrid", "auto", "tree", "grown", "auto-fan-out",
+                                  "negative-control", "tree-negative-control"])
 def test_sampled_output_follows_the_target_law(target: HFModel, kind: str) -> None:
     lying = kind.endswith("negative-control")
     drafter = _drafter(target, kind)
@@ -386,7 +449,7 @@ def test_the_tree_sampler_refuses_a_head(target: HFModel) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["head", "head-tree"])
+@pytest.mark.parametrize("name", ["head", "head-tree", "grown-tree:6x3"])
 def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain(name: str) -> None:
     from specsample_backends.torch import loading
     from specsample_backends.torch.head import SHIPPED

@@ -14,7 +14,7 @@ from specsample_backends.torch.model import HFModel
 from torch import Tensor, nn
 
 from specsample.api.backend import CoreBackend
-from specsample.core.protocols import Drafter, Model, TreeDrafter
+from specsample.core.protocols import Drafter, Model, StatefulTreeDrafter, TreeDrafter
 from specsample.drafters.model import ModelDrafter
 from specsample.engine.options import RunOptions
 from specsample.engine.runs import Generation, Step, finish, prepare_prompt
@@ -291,6 +291,10 @@ def _models(backend: str, target: Model, drafter: Drafter | TreeDrafter
     if not isinstance(drafter, (ModelDrafter, TreeDrafter)):
         raise TypeError(f"drafter: the {backend} backend expected a ModelDrafter or a TreeDrafter, "
                         f"got {type(drafter).__name__}")
+    if isinstance(drafter, StatefulTreeDrafter):
+        raise TypeError(f"drafter: the {backend} backend's graphs take trees from a drafter without "
+                        f"state (a suffix tree); a {type(drafter).__name__} drafts from its own cache "
+                        f"each round: run it on the torch backend")
     return target, drafter
 
 

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from specsample.core.cache import Cache, check_live, consume
 
-from ._fast import DenseLinear, LlamaLayer, LlamaStack, attention_mask, embed, hf_config
+from ._fast import DenseLinear, LlamaLayer, LlamaStack, attention_mask, embed, hf_config, move_path, tree_mask
 from ._forward import llama_layers
 from .model import NO_LOGITS, HFModel, selected_columns
 
@@ -256,25 +256,68 @@ class HeadModel:
         logits, cache = self._run(tokens, cache, select)
         return logits, None, cache
 
-    def _run(self, tokens: Tensor, cache: Cache, select: Tensor | object
+    def forward_tree(self, tokens: Tensor, parents: Tensor, cache: Cache) -> tuple[Tensor, Cache]:
+        """Draft logits [B, T, V] for a tree of tokens [B, T] in one pass (EAGLE-2's tree
+        drafting): token t's parent is parents[b, t] (-1: the last committed position), its
+        position the cache length plus its number of ancestors; it attends the committed
+        positions, its ancestors and itself, and reads its parent's feature from the cache
+        (the prediction an earlier forward wrote at the parent's slot). K/V and the predicted
+        features are written at slots lengths + t; the lengths advance by T."""
+        if not isinstance(tokens, Tensor) or tokens.ndim != 2:
+            raise TypeError(f"tokens: expected a torch tensor [B, T], got {type(tokens).__name__} "
+                            f"{list(getattr(tokens, 'shape', []))}")
+        if not isinstance(parents, Tensor) or parents.shape != tokens.shape or parents.dtype != torch.int64:
+            raise TypeError(f"parents: expected an int64 tensor shaped like tokens {list(tokens.shape)}, "
+                            f"got {type(parents).__name__} {getattr(parents, 'dtype', '')} "
+                            f"{list(getattr(parents, 'shape', []))}")
+        if bool(((parents < -1) | (parents >= self._slots[:tokens.shape[1]][None, :])).any()):
+            raise ValueError("parents: expected -1 or an earlier token's index for every token")
+        if self.stack.window is not None:
+            raise ValueError(f"tokens: a tree forward needs full attention, got a sliding window "
+                             f"of {self.stack.window}")
+        logits, cache = self._run(tokens, cache, None, parents=parents)
+        assert logits is not None
+        return logits, cache
+
+    def commit_path(self, cache: Cache, first: Tensor, path: Tensor) -> Cache:
+        """Move an accepted path's K/V and features into place: slots first + path[b, j] go to
+        first + j (see `HFModel.commit_path`)."""
+        check_live(cache)
+        kv, feats, known = cache.buffers
+        with torch.inference_mode():
+            keys, values = kv
+            move_path(keys, values, first, path)
+            rows = torch.arange(feats.shape[0], device=feats.device)[:, None]
+            dst = first[:, None] + self._slots[:path.shape[1]][None, :]
+            src = torch.where(path >= 0, first[:, None] + path, dst).clamp(max=cache.capacity - 1)
+            feats[rows, dst.clamp(max=cache.capacity - 1)] = feats[rows, src]
+        return consume(cache, lengths=cache.lengths, buffers=(kv, feats, known))
+
+    def _run(self, tokens: Tensor, cache: Cache, select: Tensor | object, *, parents: Tensor | None = None
              ) -> tuple[Tensor | None, Cache]:
         """The forward; `select`: None (every column's logits), `NO_LOGITS`, or int64 [B]
-        columns whose logits alone are computed ([B, V])."""
+        columns whose logits alone are computed ([B, V]); `parents`: a tree's (see
+        `forward_tree`), or None for a chain."""
         check_live(cache)
         kv, feats, known = cache.buffers
         width = tokens.shape[1]
         with torch.inference_mode():
-            positions = cache.lengths[:, None] + self._slots[:width]  # [B, T]
-            span = int(positions.max()) + 1
-            before = (positions - 1).clamp(min=0)
-            previous = feats.gather(1, before[:, :, None].expand(-1, -1, feats.shape[2]))
-            previous = previous * (positions > 0)[:, :, None]
+            slots = cache.lengths[:, None] + self._slots[:width]  # [B, T]
+            span = int(slots.max()) + 1
             stack = self.stack
+            if parents is None:
+                positions, before = slots, slots - 1
+                mask = attention_mask(self._slots[:span], positions, stack.window)
+            else:
+                positions, mask = tree_mask(cache.lengths, parents, self._slots[:span])
+                start = cache.lengths[:, None]
+                before = torch.where(parents >= 0, start + parents, start - 1)
+            previous = feats.gather(1, before.clamp(min=0)[:, :, None].expand(-1, -1, feats.shape[2]))
+            previous = previous * (before >= 0)[:, :, None]
             x = self.head.fc(torch.cat([embed(tokens, stack.embed, stack.embed_scale), previous], -1))
-            mask = attention_mask(self._slots[:span], positions, stack.window)
-            h = llama_layers(stack, x, positions, mask, (kv,))
-            guess = positions >= known[:, None]  # not the target's: keep the prediction
-            index = positions.clamp(max=cache.capacity - 1)[:, :, None].expand(-1, -1, feats.shape[2])
+            h = llama_layers(stack, x, positions, mask, (kv,), None if parents is None else slots)
+            guess = slots >= known[:, None]  # not the target's: keep the prediction
+            index = slots.clamp(max=cache.capacity - 1)[:, :, None].expand(-1, -1, feats.shape[2])
             feats.scatter_(1, index, torch.where(guess[:, :, None], h, feats.gather(1, index)))
             logits: Tensor | None = None
             if select is None or isinstance(select, Tensor):

@@ -20,7 +20,7 @@ from specsample.api.draft_names import compose_drafter, split_name
 from specsample.core.metrics import Costs
 from specsample.core.params import SamplingParams
 from specsample.core.protocols import Drafter
-from specsample.drafters.confidence import ConfidenceTreeDrafter, grown_tree_budget, is_grown_tree_name
+from specsample.drafters.confidence import HeadConfidenceTreeDrafter, grown_tree_budget, is_grown_tree_name
 from specsample.drafters.lookup import PromptLookupDrafter
 from specsample.drafters.model import DraftRating, ModelDrafter
 from specsample.drafters.suffix import is_suffix_tree_name, suffix_tree
@@ -196,8 +196,8 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None, fa
             "suffix-tree:NxD" (a tree of up to N nodes and D levels from every earlier
             occurrence of the context's suffix; see `specsample.drafters.suffix`; "+memory" at the end also
             matches earlier calls' sequences), "grown-tree", "grown-tree:N" or
-            "grown-tree:NxD" (the int8 self-draft's tree of N nodes and D levels grown by
-            its confidence; see `specsample.drafters.confidence`), "head" or
+            "grown-tree:NxD" (a tree of N nodes and D levels grown by the shipped head's
+            confidence; see `specsample.drafters.confidence`), "head" or
             "head:FILE" (a feature-level draft head trained for this target: the
             shipped one, or a file; see `head.load_head`; drafting as a chain or as a
             fan-out of its likeliest tokens, whichever `_fastest_head` rates faster here),
@@ -292,10 +292,13 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
         return PromptLookupDrafter()
     if is_suffix_tree_name(name):
         return suffix_tree(name)  # type: ignore[return-value]
-    if is_grown_tree_name(name):  # the int8 self-draft's tree, grown by its confidence
+    if is_grown_tree_name(name):  # the shipped head's tree, grown by its confidence
+        from .head import SHIPPED, HeadModel, head_prior, load_head
+
         budget = grown_tree_budget(name)
-        return ConfidenceTreeDrafter(int8_draft(target), nodes=budget["nodes"],  # type: ignore[return-value]
-                                     depth=budget["depth"])
+        rating = DraftRating(prior_alpha=head_prior(SHIPPED))
+        return HeadConfidenceTreeDrafter(HeadModel(load_head(SHIPPED, target)),  # type: ignore[return-value]
+                                         nodes=budget["nodes"], depth=budget["depth"], rating=rating)
     if name == "head" or name.startswith("head:"):
         from specsample.drafters.head import HeadDrafter
 

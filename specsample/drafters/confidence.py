@@ -28,9 +28,11 @@ from typing import Any
 from specsample._array import Array, check_int, device, namespace
 from specsample.core.cache import rollback
 from specsample.core.protocols import TreeModel, TreeProposal
+from specsample.drafters.head import FeatureHead, HeadDrafter, _needs_features
 from specsample.drafters.model import DraftRating, DraftState, ModelDrafter
 
-__all__ = ["ConfidenceTreeDrafter", "confidence_law", "grow_tree", "grown_tree_budget", "is_grown_tree_name"]
+__all__ = ["ConfidenceTreeDrafter", "HeadConfidenceTreeDrafter", "confidence_law", "grow_tree",
+           "grown_tree_budget", "is_grown_tree_name"]
 
 # The budget a drafter takes when none is given: 8 nodes over 4 levels.
 NODES, DEPTH, BRANCH = 8, 4, 2
@@ -197,6 +199,50 @@ class ConfidenceTreeDrafter:
     def describe(self) -> dict[str, Any]:
         """The tree's budget, for a card or a report."""
         return {"nodes": self.nodes, "depth": self.depth, "branch": self.branch}
+
+
+class HeadConfidenceTreeDrafter(ConfidenceTreeDrafter):
+    """Trees grown by a feature-level draft head's confidence (EAGLE-2 over an EAGLE head): a
+    `specsample.core.protocols.FeatureTreeDrafter`. Each level is one tree forward of the
+    head, each node reading its parent's predicted feature; the round hands the head the
+    target's features of the accepted path, as `HeadDrafter` takes them for a chain.
+
+    Args:
+        head: the draft head, a FeatureHead with a tree forward.
+        nodes, depth, branch, rating: as `ConfidenceTreeDrafter`.
+    """
+
+    def __init__(self, head: FeatureHead, *, nodes: int = NODES, depth: int = DEPTH, branch: int = BRANCH,
+                 rating: DraftRating | None = None) -> None:
+        if not isinstance(head, FeatureHead):
+            raise TypeError(f"head: expected a FeatureHead (a Model with with_features), got "
+                            f"{type(head).__name__}")
+        super().__init__(head, nodes=nodes, depth=depth, branch=branch, rating=rating)  # type: ignore[arg-type]
+        self.reader = HeadDrafter(head, rating=rating)
+        self.drafter, self.head, self.rating = self.reader, head, self.reader.rating
+
+    def start(self, tokens: Array, lengths: Array, capacity: int) -> DraftState:
+        """Not available: the head needs the target's features (`start_features`)."""
+        raise _needs_features(f"{type(self).__name__}.start", "start_features")
+
+    def advance(self, state: DraftState, lengths: Array) -> DraftState:
+        """Not available: the head needs the target's features (`advance_features`)."""
+        raise _needs_features(f"{type(self).__name__}.advance", "advance_features")
+
+    def propose_tree(self, tokens: Array, lengths: Array, nodes: int, depth: int) -> TreeProposal:
+        """Not available: the head drafts from its state (`propose_from`)."""
+        raise _needs_features(f"{type(self).__name__}.propose_tree", "propose_from")
+
+    def start_features(self, tokens: Array, lengths: Array, capacity: int,
+                       features: Array | None) -> DraftState:
+        """As `HeadDrafter.start_features`, with room for a grown tree."""
+        room = check_int("capacity", capacity, 1) + self._room(self.depth)
+        return self.reader.start_features(tokens, lengths, room, features)
+
+    def advance_features(self, state: DraftState, lengths: Array, features: Array,
+                         first: Array) -> DraftState:
+        """As `HeadDrafter.advance_features`, with the accepted path's features."""
+        return self.reader.advance_features(state, lengths, features, first)
 
 
 def is_grown_tree_name(name: object) -> bool:
