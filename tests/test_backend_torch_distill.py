@@ -8,6 +8,7 @@ greedy output equals plain decoding.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
@@ -168,3 +169,75 @@ def test_held_out_fan_out_counts_the_greedy_tokens_among_the_heads_likeliest(tmp
     assert (tmp_path / "h.safetensors").read_bytes() == weights
     with pytest.raises(ValueError, match="nodes"):
         held_out_fan_out(tiny, head, tokenizer, new_tokens=4, nodes=0)
+
+
+V2 = dataclasses.replace(PLAN, temperatures="0,0.7,1", feature_weight=0.0, logit_weight=1.0, unroll=3)
+
+
+class _Stop(Exception):
+    """Raised by a progress callback to interrupt a run where a real interruption could."""
+
+
+def test_an_interrupted_run_continues_from_its_checkpoint_to_the_same_head(tmp_path, tiny: HFModel) -> None:  # type: ignore[no-untyped-def]
+    # Interrupted once while sampling and once while training, the run continues from what
+    # its folder holds and writes the head an uninterrupted run writes, byte for byte.
+    tokenizer = loading.load_tokenizer("smollm2")
+    whole = distill(tiny, tokenizer, V2, tmp_path / "whole.safetensors")
+    for stage, at in (("sampling grounded", 1), ("training", 7)):  # 5 steps an epoch: one saved
+        def stop(name: str, done: int, total: int, stage: str = stage, at: int = at) -> None:
+            if name == stage and done >= at:
+                raise _Stop
+        with pytest.raises(_Stop):
+            distill(tiny, tokenizer, V2, tmp_path / "cut.safetensors", checkpoint=tmp_path / "run",
+                    progress=stop)
+    assert (tmp_path / "run" / "training.pt").is_file() and (tmp_path / "run" / "run.json").is_file()
+    seen: list[str] = []
+    card = distill(tiny, tokenizer, V2, tmp_path / "cut.safetensors", checkpoint=tmp_path / "run",
+                   resume=True, progress=lambda name, done, total: seen.append(name))
+    assert (tmp_path / "cut.safetensors").read_bytes() == (tmp_path / "whole.safetensors").read_bytes()
+    assert card["epoch_losses"] == whole["epoch_losses"]
+    assert seen.count("training") < len(whole["epoch_losses"]) * -(-card["training_rows"] // V2.batch_rows)
+
+
+def test_a_v2_card_records_the_recipe_and_the_acceptance_at_each_depth(tmp_path, tiny: HFModel) -> None:  # type: ignore[no-untyped-def]
+    card = distill(tiny, loading.load_tokenizer("smollm2"), V2, tmp_path / "v2.safetensors")
+    assert card["plan"]["unroll"] == 3 and card["plan"]["temperatures"] == "0,0.7,1"
+    for key in ("held_out_alpha", "held_out_depth", "held_out_tokens_per_round"):
+        assert set(card[key]) == {"all", "open", "grounded"}, key
+    assert all(len(v) == V2.k and all(0 <= x <= 1 for x in v) for v in card["held_out_depth"].values())
+    assert all(1 <= v <= V2.k + 1 for v in card["held_out_tokens_per_round"].values())
+    assert card["training_rows"] == V2.prompts + V2.grounded and card["training_tokens"] > 0
+
+
+def test_checkpoint_folders_are_checked(tmp_path, tiny: HFModel) -> None:  # type: ignore[no-untyped-def]
+    tokenizer = loading.load_tokenizer("smollm2")
+    with pytest.raises(FileNotFoundError, match="checkpoint: expected the folder of an earlier run to "
+                                                "resume, got '.*missing', which does not exist"):
+        distill(tiny, tokenizer, V2, tmp_path / "h.safetensors", checkpoint=tmp_path / "missing", resume=True)
+    with pytest.raises(ValueError, match="checkpoint: expected the folder of the run to resume, got none"):
+        distill(tiny, tokenizer, V2, tmp_path / "h.safetensors", resume=True)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NotADirectoryError, match="checkpoint: expected a folder, got the file"):
+        distill(tiny, tokenizer, V2, tmp_path / "h.safetensors", checkpoint=tmp_path / "file")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.json").write_text(json.dumps({"plan": dataclasses.asdict(PLAN)}))
+    with pytest.raises(ValueError, match=r"checkpoint: .* holds a run with other settings "
+                                         r"\(feature_weight, logit_weight, temperatures, unroll, target\)"):
+        distill(tiny, tokenizer, V2, tmp_path / "h.safetensors", checkpoint=tmp_path / "run")
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("unroll", 0, "unroll: expected"),
+    ("unroll_weight", 0.0, r"unroll_weight: expected a number in \(0, 1\]"),
+    ("temperatures", "0,hot", "temperatures: expected comma-separated numbers >= 0, got '0,hot'"),
+    ("temperatures", "-1", "temperatures: expected comma-separated numbers >= 0"),
+])
+def test_bad_v2_plans_are_clear_errors(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DistillPlan(**{field: value})  # type: ignore[arg-type]
+
+
+def test_prompts_take_the_temperatures_in_turn() -> None:
+    batches = distill_module._batches(7, 2, 3)
+    assert batches == [(0, [0, 3]), (2, [6]), (3, [1, 4]), (5, [2, 5])]
+    assert distill_module._batches(5, 2, 1) == [(0, [0, 1]), (2, [2, 3]), (4, [4])]  # v1's batches

@@ -353,6 +353,32 @@ def test_training_features_are_the_drafting_function(target: HFModel) -> None:
     torch.testing.assert_close(drafted, trained, atol=1e-6, rtol=0)
 
 
+def test_unrolled_training_steps_are_what_drafting_computes(target: HFModel) -> None:
+    # Training-time test: step j at position t must be the feature a draft j + 1 deep computes
+    # there, i.e. the head fed the target's features up to t - j and its own after that, one
+    # draft step at a time; a wrong mask or a wrong previous feature breaks the equality.
+    model = _shaken(target)
+    head = model.head
+    x = torch.tensor([[*PROMPT, 3, 6, 1]])
+    width = int(x.shape[1])
+    _, features, _ = target.forward_features(x, target.new_cache(1, width))
+    previous = torch.cat([torch.zeros_like(features[:, :1]), features[:, :-1]], dim=1)
+    with torch.no_grad():
+        steps = head.unrolled(x, previous, 3)
+    torch.testing.assert_close(steps[0], head.features(x, previous).detach(), atol=1e-10, rtol=0)
+    for j in range(3):
+        for t in range(j, width):
+            cache = model.with_features(model.new_cache(1, width + 1), features[:, :t - j],
+                                        torch.tensor([0]), torch.tensor([t - j]))
+            _, cache = model.forward(x[:, :t - j + 1], cache)
+            for i in range(t - j + 1, t + 1):
+                _, cache = model.forward(x[:, i:i + 1], cache)
+            drafted = cache.buffers[1][0, t]
+            torch.testing.assert_close(drafted, steps[j][0, t], atol=1e-10, rtol=0, msg=f"step {j} at {t}")
+    with pytest.raises(ValueError, match="steps: expected an int >= 1, got 0"):
+        head.unrolled(x, previous, 0)
+
+
 def test_forward_features_feed_the_output_head(target: HFModel) -> None:
     x = torch.tensor([[3, 4, 5], [1, 1, 2]])
     for model in (target, HFModel(target.module, fast=False)):

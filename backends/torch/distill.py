@@ -10,12 +10,18 @@
 3. The head learns, with teacher forcing on noisy features, f_t from (x_t, f_{t-1}):
    smooth-L1 to the target's feature (in units of the features' std) plus the
    cross-entropy of its draft law against the target's law (temperature 1) on the draft
-   vocabulary.
+   vocabulary. With `unroll` > 1 (EAGLE-3's training-time test) it is also unrolled on its
+   own predictions, as drafting runs it (`DraftHead.unrolled`), each step's cross-entropy
+   weighted by unroll_weight ** step.
 4. Held-out acceptance: greedy speculative generation with K drafts on the benchmark
-   prompts, which the head never saw; and the hit rate of a depth-1 fan-out of its m
-   likeliest tokens, m = 1..`FAN_OUT_NODES`, on the target's greedy text for them.
+   prompts, which the head never saw (per kind: alpha, the acceptance at each draft depth,
+   the mean tokens per round); and the hit rate of a depth-1 fan-out of its m likeliest
+   tokens, m = 1..`FAN_OUT_NODES`, on the target's greedy text for them.
 
-Everything is seeded: the same plan, target and thread count give the same head.
+With a checkpoint folder nothing done is lost: each sampled batch is written there as it
+finishes, and the training state every `SAVE_EVERY` steps; a run given the same folder (and
+plan) continues where the last one stopped. Everything is seeded: the same plan, target and
+thread count give the same head, interrupted or not.
 """
 
 from __future__ import annotations
@@ -48,13 +54,15 @@ from ._distill_prompts import grounded_prompts, open_prompts
 from .head import DraftHead, HeadModel, fingerprints, load_head, save_head
 from .model import HFModel
 
-__all__ = ["FAN_OUT_NODES", "distill", "evaluate_fan_out", "held_out_alpha", "held_out_fan_out",
-           "training_prompts"]
+__all__ = ["FAN_OUT_NODES", "SAVE_EVERY", "distill", "evaluate_fan_out", "held_out_alpha",
+           "held_out_fan_out", "training_prompts"]
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 # The widest fan-out whose held-out hit rate a card records.
 FAN_OUT_NODES = 8
+# Training steps between two saves of the training state to a checkpoint folder.
+SAVE_EVERY = 100
 
 
 def training_prompts(count: int) -> list[str]:
@@ -74,55 +82,86 @@ def _passage(tokenizer: Any, ids: Sequence[int], limit: int = 600) -> str:
 Row = tuple[Tensor, Tensor, Tensor]  # ids [L], features [L, D], log-normaliser of the logits [L]
 
 
+def _batches(count: int, batch: int, groups: int) -> list[tuple[int, list[int]]]:
+    """(first position, prompt indices) of each sampling batch: the prompts in groups by index
+    modulo `groups` (one temperature each), each group cut into batches of `batch`."""
+    order = sorted(range(count), key=lambda i: (i % groups, i))
+    out = []
+    for g in range(groups):
+        members = [i for i in order if i % groups == g]
+        first = order.index(members[0]) if members else 0
+        out += [(first + j, members[j:j + batch]) for j in range(0, len(members), batch)]
+    return out
+
+
 def _sample(target: HFModel, tokenizer: Any, texts: Sequence[str], plan: DistillPlan, seed: int,
-            progress: Progress, stage: str) -> list[Row]:
+            progress: Progress, stage: str, folder: Path | None = None) -> list[Row]:
     """Plain sampling of each prompt, batched, keeping what every forward computes anyway:
     the features and the logits' log-normaliser of each position (no second pass).
 
-    A row holds the prompt and the sampled tokens except the last one, whose features no
-    forward computed. The tokens are those `generate_plain` samples with the same seed.
+    Prompt i is sampled at the plan's i-th temperature in turn. A row holds the prompt and
+    the sampled tokens except the last one, whose features no forward computed. The tokens
+    are those `generate_plain` samples with the same seed. With a `folder`, each batch's rows
+    are written there when it finishes and read back instead of sampled again.
     """
     prompts = [encode_text(tokenizer, p) for p in texts]
-    eos = tokenizer.eos_token_id
+    temperatures = plan.sampling_temperatures()
+    rows: list[Row | None] = [None] * len(prompts)
+    for start, members in _batches(len(prompts), plan.batch, len(temperatures)):
+        params = SamplingParams(temperature=temperatures[members[0] % len(temperatures)])
+        saved = None if folder is None else folder / f"{stage.replace(' ', '-')}-{start:06d}.pt"
+        if saved is not None and saved.is_file():
+            got = torch.load(saved)
+        else:
+            got = _sample_batch(target, [prompts[i] for i in members], params, plan.new_tokens,
+                                tokenizer.eos_token_id, seed + start)
+            if saved is not None:  # written whole, then renamed: never a half-written file
+                torch.save(got, saved.with_suffix(".part"))
+                saved.with_suffix(".part").replace(saved)
+        for i, row in zip(members, got, strict=True):
+            rows[i] = row
+        progress(stage, sum(r is not None for r in rows), len(prompts))
+    return [r for r in rows if r is not None]
+
+
+def _sample_batch(target: HFModel, chunk: list[list[int]], params: SamplingParams, new_tokens: int,
+                  eos: int | None, seed: int) -> list[Row]:
+    """One sampling batch of `_sample` (uniforms keyed by `seed`)."""
     rows: list[Row] = []
-    params = SamplingParams(temperature=plan.temperature)
-    for start in range(0, len(prompts), plan.batch):
-        chunk = prompts[start:start + plan.batch]
-        batch, width = len(chunk), max(len(p) for p in chunk)
-        lengths = torch.tensor([len(p) for p in chunk])
-        ids = torch.tensor([p + [0] * (width - len(p)) for p in chunk])
-        cache = target.new_cache(batch, width + plan.new_tokens)
-        feats: list[list[Tensor]] = [[] for _ in chunk]
-        norms: list[list[Tensor]] = [[] for _ in chunk]
-        tokens = [list(p) for p in chunk]
-        if width > 1:
-            logits, features, cache = target.forward_features(ids[:, :-1], cache)
-            lse = torch.logsumexp(logits.double(), -1).float()
-            for b, p in enumerate(chunk):
-                feats[b].append(features[b, :len(p) - 1])
-                norms[b].append(lse[b, :len(p) - 1])
-        cache = rollback(cache, lengths - 1)
-        done = torch.zeros(batch, dtype=torch.bool)
-        last = ids.gather(1, (lengths - 1)[:, None])
-        for step in range(plan.new_tokens):
-            logits, features, cache = target.forward_features(last, cache)
-            lse = torch.logsumexp(logits.double(), -1).float()
-            u = uniforms(seed + start, step, batch, 1, stream=Stream.PLAIN, like=last)[:, 0]
-            x = sample(warp(logits[:, 0], params), u, check=False)
-            for b in range(batch):
-                if not done[b]:
-                    feats[b].append(features[b])
-                    norms[b].append(lse[b])
-                    tokens[b].append(int(x[b]))
-            done |= x == eos if eos is not None else done
-            if bool(done.all()):
-                break
-            last = x[:, None]
+    batch, width = len(chunk), max(len(p) for p in chunk)
+    lengths = torch.tensor([len(p) for p in chunk])
+    ids = torch.tensor([p + [0] * (width - len(p)) for p in chunk])
+    cache = target.new_cache(batch, width + new_tokens)
+    feats: list[list[Tensor]] = [[] for _ in chunk]
+    norms: list[list[Tensor]] = [[] for _ in chunk]
+    tokens = [list(p) for p in chunk]
+    if width > 1:
+        logits, features, cache = target.forward_features(ids[:, :-1], cache)
+        lse = torch.logsumexp(logits.double(), -1).float()
+        for b, p in enumerate(chunk):
+            feats[b].append(features[b, :len(p) - 1])
+            norms[b].append(lse[b, :len(p) - 1])
+    cache = rollback(cache, lengths - 1)
+    done = torch.zeros(batch, dtype=torch.bool)
+    last = ids.gather(1, (lengths - 1)[:, None])
+    for step in range(new_tokens):
+        logits, features, cache = target.forward_features(last, cache)
+        lse = torch.logsumexp(logits.double(), -1).float()
+        u = uniforms(seed, step, batch, 1, stream=Stream.PLAIN, like=last)[:, 0]
+        x = sample(warp(logits[:, 0], params), u, check=False)
         for b in range(batch):
-            length = len(tokens[b]) - 1
-            rows.append((torch.tensor(tokens[b][:length]), torch.cat(feats[b])[:length].clone(),
-                         torch.cat(norms[b])[:length]))
-        progress(stage, len(rows), len(prompts))
+            if not done[b]:
+                feats[b].append(features[b])
+                norms[b].append(lse[b])
+                tokens[b].append(int(x[b]))
+        done |= x == eos if eos is not None else done
+        if bool(done.all()):
+            break
+        last = x[:, None]
+    for b in range(batch):
+        length = len(tokens[b]) - 1
+        rows.append((torch.tensor(tokens[b][:length]), torch.cat(feats[b])[:length].clone(),
+                     torch.cat(norms[b])[:length]))
     return rows
 
 
@@ -149,32 +188,68 @@ def _loss(head: DraftHead, batch: list[Row], plan: DistillPlan,
     valid = torch.stack([torch.arange(width) < len(x) for x, _, _ in batch]).float()
     previous = torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
     previous = previous + plan.noise * scale * torch.randn(previous.shape, generator=generator)
-    guess = head.features(ids, previous)
-    # In units of the features' std, so that the two terms keep their weights' proportion.
-    regression = (F.smooth_l1_loss(guess / scale, feats / scale, reduction="none").mean(-1) * valid).sum()
     with torch.no_grad():
         p = torch.exp(feats @ weight.T - lse[..., None])  # the target's law on the draft vocabulary
-    cross = -(p * torch.log_softmax(guess @ weight.T, dim=-1)).sum(-1)
-    return (plan.feature_weight * regression + plan.logit_weight * (cross * valid).sum()) / valid.sum()
+    if plan.unroll == 1:
+        guess = head.features(ids, previous)
+        # In units of the features' std, so that the two terms keep their weights' proportion.
+        regression = (F.smooth_l1_loss(guess / scale, feats / scale, reduction="none").mean(-1) * valid).sum()
+        cross = -(p * torch.log_softmax(guess @ weight.T, dim=-1)).sum(-1)
+        return (plan.feature_weight * regression + plan.logit_weight * (cross * valid).sum()) / valid.sum()
+    steps = head.unrolled(ids, previous, plan.unroll)
+    total = torch.zeros((), dtype=feats.dtype)
+    for j, guess in enumerate(steps):
+        # Step j at position t is a draft j + 1 deep: it exists from t = j on.
+        mask = valid * (torch.arange(width) >= j).float()[None, :]
+        cross = -(p * torch.log_softmax(guess @ weight.T, dim=-1)).sum(-1)
+        term = plan.logit_weight * (cross * mask).sum()
+        if j == 0 and plan.feature_weight:
+            term = term + plan.feature_weight * (F.smooth_l1_loss(
+                guess / scale, feats / scale, reduction="none").mean(-1) * mask).sum()
+        total = total + plan.unroll_weight ** j * term / mask.sum().clamp(min=1)
+    return total
 
 
 def _train(head: DraftHead, data: list[Row], plan: DistillPlan,
-           progress: Progress) -> list[float]:
+           progress: Progress, folder: Path | None = None) -> list[float]:
+    """Train `head` on `data`; with a `folder`, save the whole training state there every
+    `SAVE_EVERY` steps and at each epoch's end, and start from the state saved there."""
     generator = torch.Generator().manual_seed(plan.seed)
     weight = head.target_stack.head.weight.detach()[head.vocab]  # type: ignore[attr-defined]
     scale = float(torch.cat([f for _, f, _ in data]).std())
     params = [p for n, p in head.named_parameters()]
     optimiser = torch.optim.AdamW(params, lr=plan.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    steps = plan.epochs * -(-len(data) // plan.batch_rows)
+    per_epoch = -(-len(data) // plan.batch_rows)
+    steps = plan.epochs * per_epoch
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=plan.lr, total_steps=steps,
                                                    pct_start=0.1)
-    losses, done = [], 0
+    state_file = None if folder is None else folder / "training.pt"
+    losses: list[float] = []
+    epoch, position, total, order = 0, 0, 0.0, None
+    if state_file is not None and state_file.is_file():
+        saved = torch.load(state_file, weights_only=False)
+        head.load_state_dict(saved["head"])
+        optimiser.load_state_dict(saved["optimiser"])
+        schedule.load_state_dict(saved["schedule"])
+        generator.set_state(saved["generator"])
+        epoch, position, total, order, losses = (saved[k] for k in ("epoch", "position", "total", "order",
+                                                                    "losses"))
+
+    def save() -> None:
+        if state_file is None:
+            return
+        torch.save({"head": head.state_dict(), "optimiser": optimiser.state_dict(),
+                    "schedule": schedule.state_dict(), "generator": generator.get_state(),
+                    "epoch": epoch, "position": position, "total": total, "order": order,
+                    "losses": losses}, state_file.with_suffix(".part"))
+        state_file.with_suffix(".part").replace(state_file)
+
     head.train()
-    for _ in range(plan.epochs):
-        order = torch.randperm(len(data), generator=generator).tolist()
-        total = 0.0
-        for start in range(0, len(order), plan.batch_rows):
-            loss = _loss(head, [data[i] for i in order[start:start + plan.batch_rows]], plan, scale,
+    while epoch < plan.epochs:
+        if order is None:
+            order = torch.randperm(len(data), generator=generator).tolist()
+        while position < len(order):
+            loss = _loss(head, [data[i] for i in order[position:position + plan.batch_rows]], plan, scale,
                          weight, generator)
             optimiser.zero_grad()
             loss.backward()  # type: ignore[no-untyped-call]
@@ -182,9 +257,14 @@ def _train(head: DraftHead, data: list[Row], plan: DistillPlan,
             optimiser.step()
             schedule.step()
             total += float(loss.detach())
-            done += 1
+            position += plan.batch_rows
+            done = epoch * per_epoch + -(-position // plan.batch_rows)
             progress("training", done, steps)
-        losses.append(total / -(-len(order) // plan.batch_rows))
+            if done % SAVE_EVERY == 0:
+                save()
+        losses.append(total / per_epoch)
+        epoch, position, total, order = epoch + 1, 0, 0.0, None
+        save()
     head.eval()
     return losses
 
@@ -193,16 +273,34 @@ def held_out_alpha(target: HFModel, drafter: Any, tokenizer: Any, *, k: int, new
                    ) -> dict[str, float]:
     """Greedy per-token acceptance alpha (`Metrics.alpha`: accepted / (accepted + rejections))
     of `drafter` on the benchmark prompts, pooled per kind ("open", "grounded") and overall."""
-    pooled: dict[str, list[int]] = {"open": [0, 0], "grounded": [0, 0]}
+    return held_out(target, drafter, tokenizer, k=k, new_tokens=new_tokens)["alpha"]
+
+
+def held_out(target: HFModel, drafter: Any, tokenizer: Any, *, k: int, new_tokens: int
+             ) -> dict[str, dict[str, Any]]:
+    """Greedy chain drafting of K tokens a round on the benchmark prompts (which no head saw),
+    pooled per kind ("open", "grounded") and overall: "alpha" (accepted / (accepted +
+    rejections)), "depth" (the acceptance of the draft at each depth 1..K given the ones
+    before it were accepted) and "tokens_per_round" (tokens emitted per round)."""
+    histograms = {"open": [0] * (k + 1), "grounded": [0] * (k + 1)}
     for tag, text in PROMPTS:
         ids = torch.tensor([encode_text(tokenizer, text)])
         m = generate(target, drafter, ids, max_new_tokens=new_tokens,
                      params=SamplingParams(temperature=0.0), k=k,
                      eos_token_id=tokenizer.eos_token_id).metrics
-        pooled[tag][0] += m.accepted
-        pooled[tag][1] += m.accepted + m.row_rounds - m.full_rounds
-    pooled["all"] = [sum(v[0] for v in pooled.values()), sum(v[1] for v in pooled.values())]
-    return {tag: a / t if t else 0.0 for tag, (a, t) in pooled.items()}
+        for n, count in enumerate(m.histogram):
+            histograms[tag][min(n, k)] += count
+    histograms["all"] = [a + b for a, b in zip(histograms["open"], histograms["grounded"], strict=True)]
+    out: dict[str, dict[str, Any]] = {"alpha": {}, "depth": {}, "tokens_per_round": {}}
+    for tag, h in histograms.items():
+        rounds, accepted = sum(h), sum(n * c for n, c in enumerate(h))
+        rejections = rounds - h[k]
+        out["alpha"][tag] = round(accepted / (accepted + rejections), 4) if accepted + rejections else 0.0
+        reached = [sum(h[d:]) for d in range(k + 1)]  # rounds whose first d drafts were accepted
+        out["depth"][tag] = [round(reached[d] / reached[d - 1], 4) if reached[d - 1] else 0.0
+                             for d in range(1, k + 1)]
+        out["tokens_per_round"][tag] = round((accepted + rounds) / rounds, 4) if rounds else 0.0
+    return out
 
 
 def held_out_fan_out(target: HFModel, head: DraftHead, tokenizer: Any, *, new_tokens: int,
@@ -240,41 +338,82 @@ def held_out_fan_out(target: HFModel, head: DraftHead, tokenizer: Any, *, new_to
             for tag in counts}
 
 
+def _checkpoint(folder: str | Path | None, plan: DistillPlan, target: HFModel, *, resume: bool
+                ) -> Path | None:
+    """The checkpoint folder, made if new; one that holds another plan's or target's run is
+    refused (naming what differs), as is a missing one to `resume`."""
+    if folder is None:
+        if resume:
+            raise ValueError("checkpoint: expected the folder of the run to resume, got none")
+        return None
+    folder = Path(folder)
+    if resume and not folder.is_dir():
+        raise FileNotFoundError(f"checkpoint: expected the folder of an earlier run to resume, got "
+                                f"{str(folder)!r}, which does not exist")
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"checkpoint: expected a folder, got the file {str(folder)!r}")
+    folder.mkdir(parents=True, exist_ok=True)
+    settings: dict[str, Any] = dataclasses.asdict(plan)
+    run = {"plan": settings, **fingerprints(target)}
+    record = folder / "run.json"
+    if record.is_file():
+        earlier = json.loads(record.read_text())
+        differ = sorted(k for k in settings if earlier.get("plan", {}).get(k) != settings[k])
+        if earlier.get("target_fingerprint") != run["target_fingerprint"]:
+            differ.append("target")
+        if differ:
+            raise ValueError(f"checkpoint: {str(folder)!r} holds a run with other settings "
+                             f"({', '.join(differ)}); use another folder, or the same settings to "
+                             f"continue it")
+    else:
+        record.write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
+    return folder
+
+
 def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path, *,
-            progress: Progress | None = None) -> dict[str, Any]:
+            progress: Progress | None = None, checkpoint: str | Path | None = None,
+            resume: bool = False) -> dict[str, Any]:
     """Train a head for `target` as `plan` says and save it at `path` (+ its .json card).
 
+    Args:
+        checkpoint: a folder where sampled batches and the training state are kept as the run
+            goes (None: nothing kept); a run given a folder with an earlier run of the same
+            plan and target continues it.
+        resume: require `checkpoint` to hold an earlier run (a missing folder is an error).
+
     Returns:
-        The card: target fingerprint, vocabulary size, the plan, losses, held-out alpha,
-        seconds taken.
+        The card: target fingerprint, vocabulary size, the plan, losses, held-out acceptance
+        (alpha, per depth, tokens per round, fan-out hit rates), data size, seconds taken.
     """
     if not isinstance(plan, DistillPlan):
         raise TypeError(f"plan: expected a DistillPlan, got {type(plan).__name__}")
     path = Path(path)
     if path.suffix != ".safetensors":
         raise ValueError(f"path: expected a .safetensors file name, got {str(path)!r}")
+    folder = _checkpoint(checkpoint, plan, target, resume=resume)
     report = progress or (lambda stage, done, total: None)
     began = time.perf_counter()
     torch.manual_seed(plan.seed)
     with torch.no_grad():
         data = _sample(target, tokenizer, training_prompts(plan.prompts), plan, plan.seed, report,
-                       "sampling")
+                       "sampling", folder)
         if plan.grounded:
             passages = [_passage(tokenizer, ids[len(encode_text(tokenizer, t)):].tolist())
                         for (ids, _, _), t in zip(data, training_prompts(plan.prompts), strict=True)]
             data += _sample(target, tokenizer, grounded_prompts(passages, plan.grounded), plan,
-                            plan.seed + len(data), report, "sampling grounded")
+                            plan.seed + len(data), report, "sampling grounded", folder)
     rows = [ids.tolist() for ids, _, _ in data]
     keep = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
     head = DraftHead(target, vocab=_vocabulary(rows, plan.vocab, target.vocab_size, keep))
-    losses = _train(head, data, plan, report)
-    alpha = held_out_alpha(target, HeadDrafter(HeadModel(head)), tokenizer, k=plan.k,
-                           new_tokens=plan.held_out_tokens)
+    losses = _train(head, data, plan, report, folder)
+    probe = held_out(target, HeadDrafter(HeadModel(head)), tokenizer, k=plan.k,
+                     new_tokens=plan.held_out_tokens)
     fan_out = held_out_fan_out(target, head, tokenizer, new_tokens=plan.held_out_tokens)
     card = {**fingerprints(target), "vocab": int(head.vocab.numel()),
             "plan": dataclasses.asdict(plan), "epoch_losses": [round(x, 5) for x in losses],
-            "held_out_alpha": {k: round(v, 4) for k, v in alpha.items()},
-            "held_out_fan_out": fan_out,
+            "held_out_alpha": probe["alpha"], "held_out_depth": probe["depth"],
+            "held_out_tokens_per_round": probe["tokens_per_round"],
+            "held_out_fan_out": fan_out, "training_rows": len(rows),
             "training_tokens": sum(len(r) for r in rows), "seconds": round(time.perf_counter() - began),
             "torch_threads": torch.get_num_threads()}
     save_head(head.half(), path, card)

@@ -134,6 +134,41 @@ class DraftHead(nn.Module):
         buffers = ((x.new_zeros(shape), x.new_zeros(shape)),)
         return llama_layers(stack, x, positions, mask, buffers)
 
+    def unrolled(self, tokens: Tensor, previous: Tensor, steps: int) -> list[Tensor]:
+        """Training-time test (EAGLE-3): the head's predicted features [B, T, D] after `steps`
+        unrolled draft steps, as drafting computes them (autograd on).
+
+        Step 0 is `features` (the target's features of t - 1 as input). Step j reads at
+        position t its own step j - 1 prediction for t - 1, and attends as a j-th draft does:
+        the step-0 keys of positions <= t - j (what the target's features gave), then the key
+        its own chain wrote at each later step (step i at position t - (j - i)), itself last.
+        Step j's prediction at t is what a draft j + 1 deep reads from (meaningful for t >= j).
+        """
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps: expected an int >= 1, got {steps!r}")
+        batch, width = tokens.shape
+        stack = self.stack(pack=False)
+        token_part = embed(tokens, stack.embed, stack.embed_scale)
+        t = torch.arange(width, device=tokens.device)
+        positions = t.expand(batch, width)
+        key_step = torch.arange(steps, device=tokens.device).repeat_interleave(width)  # [S * T]
+        key_at = t.repeat(steps)  # [S * T]
+        shape = (batch, stack.kv_heads, steps * width, stack.head_dim)
+        buffers = (previous.new_zeros(shape), previous.new_zeros(shape))
+        out: list[Tensor] = []
+        for j in range(steps):
+            x = self.fc(torch.cat([token_part, previous], dim=-1))
+            chained = key_at[None, :] == t[:, None] - (j - key_step[None, :])
+            seen = torch.where(key_step[None, :] == 0, key_at[None, :] <= t[:, None] - j,
+                               (key_step[None, :] <= j) & chained)
+            mask = seen[None, None].expand(batch, 1, width, steps * width)
+            # A fresh copy per step: the earlier steps' graph keeps the keys it read.
+            buffers = (buffers[0].clone(), buffers[1].clone()) if j else buffers
+            h = llama_layers(stack, x, positions, mask, (buffers,), (j * width + t).expand(batch, width))
+            out.append(h)
+            previous = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
+        return out
+
     def logits(self, features: Tensor) -> Tensor:
         """Draft logits [..., V]: the target's head over the vocabulary subset, -inf elsewhere."""
         rows, size = self.vocab, int(self.target_stack.embed.shape[0])

@@ -11,7 +11,10 @@ from typing import Any
 from specsample.api.config import Config
 from specsample.cli._progress import Bars
 from specsample.cli.options import DEFAULT_TARGET
-from specsample.drafters.head import DistillPlan
+from specsample.drafters.head import RECIPES, DistillPlan
+
+# The recipe of the head shipped with the package.
+SHIPPED_RECIPE = "v1"
 
 __all__ = ["add_parser"]
 
@@ -22,11 +25,19 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="the head file (.safetensors; its card is written beside it); default "
                              "for the embedded target: where the shipped head lives")
-    defaults = DistillPlan()
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default=SHIPPED_RECIPE,
+                        help=f"the plan to start from (default {SHIPPED_RECIPE}, the shipped head's); "
+                             f"the flags below override its fields")
     for field in dataclasses.fields(DistillPlan):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", dest=f"plan_{field.name}",
-                            type=type(getattr(defaults, field.name)), default=getattr(defaults, field.name),
-                            help=f"(default {getattr(defaults, field.name)})")
+        kind = type(getattr(DistillPlan(), field.name))
+        parser.add_argument(f"--{field.name.replace('_', '-')}", dest=f"plan_{field.name}", type=kind,
+                            default=None, help=f"(v1 {getattr(RECIPES['v1'], field.name)!r}, "
+                                               f"v2 {getattr(RECIPES['v2'], field.name)!r})")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="a folder that keeps the sampled data and the training state as the run "
+                             "goes; a run given the folder of an interrupted one continues it")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --checkpoint (an error if the folder is missing)")
     parser.add_argument("--evaluate", action="store_true",
                         help="train nothing: measure the held-out fan-out hit rates of the head at "
                              "--out and write them into its card")
@@ -46,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     options = {n: getattr(args, n) for n in ("device", "dtype") if getattr(args, n) is not None}
     config = Config(backend="torch", target=args.target or DEFAULT_TARGET, draft="lookup",
                     options=options)
-    plan = DistillPlan(**{f.name: getattr(args, f"plan_{f.name}") for f in dataclasses.fields(DistillPlan)})
+    chosen = {f.name: getattr(args, f"plan_{f.name}") for f in dataclasses.fields(DistillPlan)}
+    plan = dataclasses.replace(RECIPES[args.recipe], **{k: v for k, v in chosen.items() if v is not None})
     runner = specsample.load(config)
     out = args.out
     if out is None:
@@ -70,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         bars.advance(done - stage[name])
         stage[name] = done
 
-    card = distill(runner.target, runner.tokenizer, plan, out, progress=progress)
+    card = distill(runner.target, runner.tokenizer, plan, out, progress=progress, checkpoint=args.checkpoint,
+                   resume=args.resume)
     bars.end()
     print(json.dumps(card, indent=2, sort_keys=True))
     print(f"wrote {out} and {Path(out).with_suffix('.json')}")

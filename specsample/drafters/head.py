@@ -23,7 +23,7 @@ from specsample.core.cache import Cache, rollback
 from specsample.core.protocols import Model, TreeProposal, forward_select
 from specsample.drafters.model import DraftRating, DraftState, ModelDrafter
 
-__all__ = ["DistillPlan", "FeatureHead", "HeadDrafter", "HeadTreeDrafter"]
+__all__ = ["RECIPES", "DistillPlan", "FeatureHead", "HeadDrafter", "HeadTreeDrafter"]
 
 
 def _needs_features(method: str, instead: str) -> TypeError:
@@ -179,9 +179,14 @@ class DistillPlan:
             passage sampled for an open prompt, or code); new_tokens: tokens sampled
             after each; temperature: the target's sampling temperature; batch: rows per
             sampling batch.
+        temperatures: "" (every prompt at `temperature`), or comma-separated temperatures
+            the prompts take in turn (e.g. "0,0.7,1").
         vocab: the draft vocabulary's size (the most frequent sampled tokens), 0 for all.
         epochs, lr, batch_rows, feature_weight, logit_weight, noise: training (rows per
             step; loss weights; feature noise, as a fraction of the features' std).
+        unroll: training-time test (EAGLE-3): the head is unrolled this many draft steps on
+            its own predicted features, with the attention drafting sees; step j's
+            cross-entropy weighs unroll_weight ** j. 1: teacher forcing only.
         k, held_out_tokens: the held-out acceptance probe.
         seed: every random choice.
     """
@@ -190,6 +195,7 @@ class DistillPlan:
     grounded: int = 384
     new_tokens: int = 96
     temperature: float = 0.7
+    temperatures: str = ""
     batch: int = 32
     vocab: int = 8192
     epochs: int = 4
@@ -198,13 +204,20 @@ class DistillPlan:
     feature_weight: float = 1.0
     logit_weight: float = 0.5
     noise: float = 0.05
+    unroll: int = 1
+    unroll_weight: float = 0.8
     k: int = 4
     held_out_tokens: int = 64
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("prompts", "new_tokens", "batch", "epochs", "batch_rows", "k", "held_out_tokens"):
+        for name in ("prompts", "new_tokens", "batch", "epochs", "batch_rows", "unroll", "k",
+                     "held_out_tokens"):
             check_int(name, getattr(self, name), 1)
+        if not isinstance(self.unroll_weight, (int, float)) or isinstance(self.unroll_weight, bool) or \
+                not 0 < self.unroll_weight <= 1:
+            raise ValueError(f"unroll_weight: expected a number in (0, 1], got {self.unroll_weight!r}")
+        self.sampling_temperatures()  # validates
         check_int("vocab", self.vocab, 0)
         check_int("grounded", self.grounded, 0)
         check_int("seed", self.seed, 0)
@@ -215,3 +228,27 @@ class DistillPlan:
                     (positive and value == 0):
                 raise ValueError(f"{name}: expected a number {'> 0' if positive else '>= 0'}, "
                                  f"got {value!r}")
+
+    def sampling_temperatures(self) -> tuple[float, ...]:
+        """The temperatures the prompts are sampled at, in turn."""
+        if not isinstance(self.temperatures, str):
+            raise TypeError(f"temperatures: expected a comma-separated string, got {self.temperatures!r}")
+        if not self.temperatures.strip():
+            return (float(self.temperature),)
+        wrong = f"temperatures: expected comma-separated numbers >= 0, got {self.temperatures!r}"
+        try:
+            values = tuple(float(x) for x in self.temperatures.split(","))
+        except ValueError as err:
+            raise ValueError(wrong) from err
+        if any(not v >= 0 for v in values):
+            raise ValueError(wrong)
+        return values
+
+
+# The shipped heads' recipes: v1 (EAGLE-1: feature regression and cross-entropy, teacher forcing),
+# v2 (EAGLE-3: tokens only, three unrolled draft steps, data at three temperatures).
+RECIPES = {
+    "v1": DistillPlan(),
+    "v2": DistillPlan(temperatures="0,0.7,1", feature_weight=0.0, logit_weight=1.0, unroll=3,
+                      epochs=2, new_tokens=128),
+}
