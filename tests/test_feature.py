@@ -399,8 +399,13 @@ def test_a_head_for_another_target_is_refused(tmp_path, target: HFModel) -> None
         perturbed.module.model.layers[0].mlp.down_proj.weight[0, 0] += 1e-3
     with pytest.raises(ValueError, match=r"was trained for target .* a head drafts only for the target"):
         load_head(tmp_path / "h.safetensors", perturbed)
-    (tmp_path / "h.safetensors").write_bytes(b"x" + (tmp_path / "h.safetensors").read_bytes()[1:])
+    whole = (tmp_path / "h.safetensors").read_bytes()
+    (tmp_path / "h.safetensors").write_bytes(b"x" + whole[1:])
     with pytest.raises(ValueError, match="are not the ones its card describes"):
+        load_head(tmp_path / "h.safetensors", target)
+    (tmp_path / "h.safetensors").write_bytes(whole[: len(whole) // 2])  # an interrupted copy
+    with pytest.raises(ValueError, match=rf"are not the ones its card describes \(a truncated, corrupted or "
+                                         rf"replaced file of {len(whole) // 2} bytes\)"):
         load_head(tmp_path / "h.safetensors", target)
 
 

@@ -429,7 +429,8 @@ def load_head(path: str | Path, target: HFModel) -> DraftHead:
                                 f"{'neither' if not path.exists() else 'no card'}")
     card = json.loads(card_path.read_text())
     if hashlib.sha256(path.read_bytes()).hexdigest() != card.get("weights_sha256"):
-        raise ValueError(f"head: the weights in {path} are not the ones its card describes")
+        raise ValueError(f"head: the weights in {path} are not the ones its card describes (a truncated, "
+                         f"corrupted or replaced file of {path.stat().st_size} bytes)")
     sharded = getattr(target, "parallel", None)
     if sharded is not None:
         raise ValueError(f"target: a draft head drafts for a target on one device, got one sharded over "
