@@ -207,12 +207,18 @@ def test_a_v2_card_records_the_recipe_and_the_acceptance_at_each_depth(tmp_path,
     assert all(len(v) == V2.k and all(0 <= x <= 1 for x in v) for v in card["held_out_depth"].values())
     assert all(1 <= v <= V2.k + 1 for v in card["held_out_tokens_per_round"].values())
     assert card["training_rows"] == V2.prompts + V2.grounded and card["training_tokens"] > 0
+    table = card["held_out_by_temperature"]
+    assert set(table) == {"0", "0.7"} and table["0"]["tokens_per_round"] == card["held_out_tokens_per_round"]
+    # --evaluate measures the same table again for a head file (a v1 head's card gains it).
+    tokenizer = loading.load_tokenizer("smollm2")
+    written = distill_module.evaluate_held_out(tiny, tokenizer, tmp_path / "v2.safetensors")
+    assert written["held_out_by_temperature"] == table
 
 
 def test_checkpoint_folders_are_checked(tmp_path, tiny: HFModel) -> None:  # type: ignore[no-untyped-def]
     tokenizer = loading.load_tokenizer("smollm2")
-    with pytest.raises(FileNotFoundError, match="checkpoint: expected the folder of an earlier run to "
-                                                "resume, got '.*missing', which does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"checkpoint: expected the folder of an earlier run to "
+                                                r"resume, got '.*missing', which does not exist"):
         distill(tiny, tokenizer, V2, tmp_path / "h.safetensors", checkpoint=tmp_path / "missing", resume=True)
     with pytest.raises(ValueError, match="checkpoint: expected the folder of the run to resume, got none"):
         distill(tiny, tokenizer, V2, tmp_path / "h.safetensors", resume=True)

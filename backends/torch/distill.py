@@ -54,8 +54,9 @@ from ._distill_prompts import grounded_prompts, open_prompts
 from .head import DraftHead, HeadModel, fingerprints, load_head, save_head
 from .model import HFModel
 
-__all__ = ["FAN_OUT_NODES", "SAVE_EVERY", "distill", "evaluate_fan_out", "held_out_alpha",
-           "held_out_fan_out", "training_prompts"]
+__all__ = ["FAN_OUT_NODES", "HELD_OUT_TEMPERATURES", "SAVE_EVERY", "distill", "evaluate_fan_out",
+           "evaluate_held_out", "held_out", "held_out_alpha", "held_out_fan_out", "held_out_table",
+           "training_prompts"]
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -276,17 +277,22 @@ def held_out_alpha(target: HFModel, drafter: Any, tokenizer: Any, *, k: int, new
     return held_out(target, drafter, tokenizer, k=k, new_tokens=new_tokens)["alpha"]
 
 
-def held_out(target: HFModel, drafter: Any, tokenizer: Any, *, k: int, new_tokens: int
-             ) -> dict[str, dict[str, Any]]:
-    """Greedy chain drafting of K tokens a round on the benchmark prompts (which no head saw),
-    pooled per kind ("open", "grounded") and overall: "alpha" (accepted / (accepted +
-    rejections)), "depth" (the acceptance of the draft at each depth 1..K given the ones
-    before it were accepted) and "tokens_per_round" (tokens emitted per round)."""
+# The temperatures of the held-out table a card records (`held_out_by_temperature`).
+HELD_OUT_TEMPERATURES = (0.0, 0.7)
+
+
+def held_out(target: HFModel, drafter: Any, tokenizer: Any, *, k: int, new_tokens: int,
+             temperature: float = 0.0) -> dict[str, dict[str, Any]]:
+    """Chain drafting of K tokens a round on the benchmark prompts (which no head saw), at
+    `temperature` (seed 0), pooled per kind ("open", "grounded") and overall: "alpha"
+    (accepted / (accepted + rejections)), "depth" (the acceptance of the draft at each depth
+    1..K given the ones before it were accepted) and "tokens_per_round" (tokens emitted per
+    round)."""
     histograms = {"open": [0] * (k + 1), "grounded": [0] * (k + 1)}
     for tag, text in PROMPTS:
         ids = torch.tensor([encode_text(tokenizer, text)])
         m = generate(target, drafter, ids, max_new_tokens=new_tokens,
-                     params=SamplingParams(temperature=0.0), k=k,
+                     params=SamplingParams(temperature=temperature), k=k, seed=0,
                      eos_token_id=tokenizer.eos_token_id).metrics
         for n, count in enumerate(m.histogram):
             histograms[tag][min(n, k)] += count
@@ -409,7 +415,8 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     probe = held_out(target, HeadDrafter(HeadModel(head)), tokenizer, k=plan.k,
                      new_tokens=plan.held_out_tokens)
     fan_out = held_out_fan_out(target, head, tokenizer, new_tokens=plan.held_out_tokens)
-    card = {**fingerprints(target), "vocab": int(head.vocab.numel()),
+    table = held_out_table(target, head, tokenizer, k=plan.k, new_tokens=plan.held_out_tokens)
+    card = {"held_out_by_temperature": table,**fingerprints(target), "vocab": int(head.vocab.numel()),
             "plan": dataclasses.asdict(plan), "epoch_losses": [round(x, 5) for x in losses],
             "held_out_alpha": probe["alpha"], "held_out_depth": probe["depth"],
             "held_out_tokens_per_round": probe["tokens_per_round"],
@@ -418,6 +425,35 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
             "torch_threads": torch.get_num_threads()}
     save_head(head.half(), path, card)
     head.float()
+    return card
+
+
+def held_out_table(target: HFModel, head: DraftHead, tokenizer: Any, *, k: int, new_tokens: int
+                   ) -> dict[str, dict[str, dict[str, Any]]]:
+    """`held_out` at each of `HELD_OUT_TEMPERATURES`, keyed by the temperature's text."""
+    drafter = HeadDrafter(HeadModel(head))
+    with torch.no_grad():
+        return {f"{t:g}": held_out(target, drafter, tokenizer, k=k, new_tokens=new_tokens, temperature=t)
+                for t in HELD_OUT_TEMPERATURES}
+
+
+def evaluate_held_out(target: HFModel, tokenizer: Any, path: str | Path) -> dict[str, Any]:
+    """Measure the held-out table (`held_out_table`) of the head at `path` for `target` and
+    write it into its card as `held_out_by_temperature`; the weights and the rest of the card
+    stay as they are.
+
+    Returns:
+        The card as written.
+    """
+    path = Path(path)
+    head = load_head(path, target).float()
+    card_path = path.with_suffix(".json")
+    card: dict[str, Any] = json.loads(card_path.read_text())
+    plan = card.get("plan", {})
+    card["held_out_by_temperature"] = held_out_table(
+        target, head, tokenizer, k=int(plan.get("k", DistillPlan().k)),
+        new_tokens=int(plan.get("held_out_tokens", DistillPlan().held_out_tokens)))
+    card_path.write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
     return card
 
 

@@ -39,8 +39,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --checkpoint (an error if the folder is missing)")
     parser.add_argument("--evaluate", action="store_true",
-                        help="train nothing: measure the held-out fan-out hit rates of the head at "
-                             "--out and write them into its card")
+                        help="train nothing: measure the held-out fan-out hit rates and the held-out "
+                             "table (alpha, acceptance per depth, tokens per round at T = 0 and 0.7) of "
+                             "the head at --out and write them into its card")
     parser.add_argument("--target", default=None, help="the target (default: the embedded SmolLM2)")
     parser.add_argument("--device", default=None, help="backend option 'device' (e.g. cpu, cuda:0)")
     parser.add_argument("--dtype", default=None, help="backend option 'dtype' (e.g. float32)")
@@ -49,7 +50,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Sample, train, evaluate on held-out prompts, save; print the card."""
-    from specsample_backends.torch.distill import distill, evaluate_fan_out
+    from specsample_backends.torch.distill import distill, evaluate_fan_out, evaluate_held_out
     from specsample_backends.torch.head import SHIPPED
 
     import specsample
@@ -67,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
                              f"embedded SmolLM2's head)")
         out = SHIPPED
     if args.evaluate:
-        card = evaluate_fan_out(runner.target, runner.tokenizer, out)
+        evaluate_fan_out(runner.target, runner.tokenizer, out)
+        card = evaluate_held_out(runner.target, runner.tokenizer, out)
         print(json.dumps(card, indent=2, sort_keys=True))
         print(f"wrote {Path(out).with_suffix('.json')}")
         return 0
