@@ -5,7 +5,8 @@
 
 The results are the JSON files that `specsample bench ... --json PATH` writes, kept in
 benchmarks/results/: `bench.json` (the default benchmark, models end to end), `batch.json`
-(batch sizes) and `core.json` (verify and warp alone). Each page shows, for each
+(batch sizes) and `core.json` (verify and warp alone), and the draft heads' cards in
+backends/torch/heads/ (their held-out acceptance). Each page shows, for each
 benchmark, the committed run: the command, the machine it ran on (the JSON's `machine`),
 and its numbers. A missing file is said on the page, not an error. The README's table sits
 between the marker comments START and END below; the rest of the README is left as it is.
@@ -317,12 +318,49 @@ def others(root: Path) -> Lines:
     return [*lines, ""]
 
 
+HEADS = Path("backends/torch/heads")
+
+
+def heads(root: Path) -> Lines:
+    """The held-out acceptance of each shipped draft head, from its card (`specsample distill`
+    writes it; `specsample distill --evaluate --out FILE` measures it for an existing head)."""
+    cards = sorted((root / HEADS).glob("*.json"))
+    lines = ["## Held-out acceptance of the draft heads", "",
+             "Chain drafting of K tokens a round (K from the head's plan) on the benchmark prompts, "
+             "which no head was trained on, seed 0; tokens per round (emitted per target forward), "
+             "alpha, and the acceptance of the draft at each depth given the earlier ones, by "
+             f"prompt kind. From the heads' cards in `{HEADS}`.", ""]
+    if not cards:
+        return [*lines, f"No head cards in `{HEADS}`.", ""]
+    rows = []
+    for path in cards:
+        card = _load(path) or {}
+        plan = card.get("plan", {})
+        recipe = (f"unroll {plan.get('unroll', 1)}, feature weight {plan.get('feature_weight')}, "
+                  f"{card.get('training_tokens', '?')} tokens")
+        table = card.get("held_out_by_temperature")
+        if not isinstance(table, dict):
+            rows.append([f"`{path.stem}`", recipe, "-", "-", "not measured: `specsample distill --evaluate "
+                         f"--out {HEADS / path.stem}.safetensors`", "-", "-"])
+            continue
+        for temperature, probe in table.items():
+            for kind in ("open", "grounded", "all"):
+                depth = probe.get("depth", {}).get(kind, [])
+                rows.append([f"`{path.stem}`", recipe, temperature, kind,
+                             _fmt(probe.get("tokens_per_round", {}).get(kind), ".2f"),
+                             _fmt(probe.get("alpha", {}).get(kind), ".3f"),
+                             " / ".join(f"{x:.2f}" for x in depth) or "-"])
+    header = ["head", "recipe", "T", "prompts", "tokens per round", "alpha", "acceptance at depth 1..K"]
+    return [*lines, *_table(header, rows), ""]
+
+
 def page(root: Path) -> str:
     """docs/benchmarks.md."""
     lines = [f"<!-- Written by `{RENDER}` from {RESULTS}/*.json: edit those or the renderer, "
              "not this page. -->", "", "# Benchmarks", "", INTRO.format(render=RENDER)]
     for source in SOURCES:
         lines += section(source, root)
+    lines += heads(root)
     lines += others(root)
     lines.append(FROM_PYTHON)
     return "\n".join(lines).rstrip("\n") + "\n"
