@@ -209,7 +209,10 @@ class HeadConfidenceTreeDrafter(ConfidenceTreeDrafter):
 
     Args:
         head: the draft head, a FeatureHead with a tree forward.
-        nodes, depth, branch, rating: as `ConfidenceTreeDrafter`.
+        nodes: as `ConfidenceTreeDrafter`.
+        depth: as `ConfidenceTreeDrafter`.
+        branch: as `ConfidenceTreeDrafter`.
+        rating: as `ConfidenceTreeDrafter`.
     """
 
     def __init__(self, head: FeatureHead, *, nodes: int = NODES, depth: int = DEPTH, branch: int = BRANCH,
