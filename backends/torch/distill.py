@@ -20,7 +20,8 @@
 
 With a checkpoint folder nothing done is lost: each sampled batch is written there as it
 finishes, and the training state every `SAVE_EVERY` steps; a run given the same folder (and
-plan) continues where the last one stopped. Everything is seeded: the same plan, target and
+plan) continues where the last one stopped, and one that changes only the training settings
+reuses the samples. Everything is seeded: the same plan, target and
 thread count give the same head, interrupted or not.
 """
 
@@ -112,7 +113,7 @@ def _sample(target: HFModel, tokenizer: Any, texts: Sequence[str], plan: Distill
         params = SamplingParams(temperature=temperatures[members[0] % len(temperatures)])
         saved = None if folder is None else folder / f"{stage.replace(' ', '-')}-{start:06d}.pt"
         if saved is not None and saved.is_file():
-            got = torch.load(saved)
+            got = [(ids, f.float(), n) for ids, f, n in torch.load(saved)]
         else:
             got = _sample_batch(target, [prompts[i] for i in members], params, plan.new_tokens,
                                 tokenizer.eos_token_id, seed + start)
@@ -227,8 +228,11 @@ def _train(head: DraftHead, data: list[Row], plan: DistillPlan,
     state_file = None if folder is None else folder / "training.pt"
     losses: list[float] = []
     epoch, position, total, order = 0, 0, 0.0, None
-    if state_file is not None and state_file.is_file():
-        saved = torch.load(state_file, weights_only=False)
+    saved = torch.load(state_file, weights_only=False) if state_file is not None and state_file.is_file() \
+        else None
+    if saved is not None and saved.get("plan") != dataclasses.asdict(plan):
+        saved = None  # another plan's training on the same samples: train anew (and overwrite it)
+    if saved is not None:
         head.load_state_dict(saved["head"])
         optimiser.load_state_dict(saved["optimiser"])
         schedule.load_state_dict(saved["schedule"])
@@ -239,7 +243,8 @@ def _train(head: DraftHead, data: list[Row], plan: DistillPlan,
     def save() -> None:
         if state_file is None:
             return
-        torch.save({"head": head.state_dict(), "optimiser": optimiser.state_dict(),
+        torch.save({"plan": dataclasses.asdict(plan), "head": head.state_dict(),
+                    "optimiser": optimiser.state_dict(),
                     "schedule": schedule.state_dict(), "generator": generator.get_state(),
                     "epoch": epoch, "position": position, "total": total, "order": order,
                     "losses": losses}, state_file.with_suffix(".part"))
@@ -344,10 +349,19 @@ def held_out_fan_out(target: HFModel, head: DraftHead, tokenizer: Any, *, new_to
             for tag in counts}
 
 
+# The plan's fields that decide the sampled data (the rest decide the training only).
+SAMPLING_FIELDS = ("prompts", "grounded", "new_tokens", "temperature", "temperatures", "batch", "seed")
+
+
+def _sampling(plan: DistillPlan) -> dict[str, Any]:
+    return {name: getattr(plan, name) for name in SAMPLING_FIELDS}
+
+
 def _checkpoint(folder: str | Path | None, plan: DistillPlan, target: HFModel, *, resume: bool
                 ) -> Path | None:
-    """The checkpoint folder, made if new; one that holds another plan's or target's run is
-    refused (naming what differs), as is a missing one to `resume`."""
+    """The checkpoint folder, made if new. One whose samples are another plan's or target's
+    is refused (naming what differs), as is a missing one to `resume`; one whose samples
+    match but whose training state is another plan's keeps the samples and trains anew."""
     if folder is None:
         if resume:
             raise ValueError("checkpoint: expected the folder of the run to resume, got none")
@@ -359,7 +373,7 @@ def _checkpoint(folder: str | Path | None, plan: DistillPlan, target: HFModel, *
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"checkpoint: expected a folder, got the file {str(folder)!r}")
     folder.mkdir(parents=True, exist_ok=True)
-    settings: dict[str, Any] = dataclasses.asdict(plan)
+    settings = _sampling(plan)
     run = {"plan": settings, **fingerprints(target)}
     record = folder / "run.json"
     if record.is_file():

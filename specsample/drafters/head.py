@@ -250,5 +250,5 @@ class DistillPlan:
 RECIPES = {
     "v1": DistillPlan(),
     "v2": DistillPlan(temperatures="0,0.7,1", feature_weight=0.0, logit_weight=1.0, unroll=3,
-                      epochs=2, new_tokens=128),
+                      epochs=4, new_tokens=128),
 }
