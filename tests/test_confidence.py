@@ -29,6 +29,7 @@ from specsample.drafters.confidence import (
     grow_tree,
     grown_tree_budget,
     is_grown_tree_name,
+    node_path,
 )
 from specsample.engine.generate import generate, generate_plain
 from specsample.testing import broken, goodness_of_fit, tree_samples
@@ -39,14 +40,8 @@ ROWS = 200_000
 def _table_expand(table: dict[tuple[int, ...], list[float]], vocab: int):  # type: ignore[no-untyped-def]
     """An `expand` over a law per path (uniform where the table is silent), row 0 only."""
     def expand(fed: np.ndarray, parents: np.ndarray) -> np.ndarray:
-        out = []
-        for i in range(fed.shape[1]):
-            path, j = [], i
-            while j >= 0:
-                path.append(int(fed[0, j]))
-                j = int(parents[0, j])
-            out.append(table.get(tuple(reversed(path)), [1 / vocab] * vocab))
-        return np.array([out])
+        return np.array([[table.get(node_path(fed, parents, 0, i), [1 / vocab] * vocab)
+                          for i in range(fed.shape[1])]])
     return expand
 
 
@@ -157,14 +152,8 @@ def test_the_drafters_tree_is_the_growth_on_chain_forwards_of_each_path(pair) ->
     tree = drafter.propose_tree(ids, lengths, 7, 3)
     for row, context in enumerate(contexts):
         def expand(fed: torch.Tensor, parents: torch.Tensor, context: list[int] = context) -> torch.Tensor:
-            out = []
-            for i in range(fed.shape[1]):
-                path, j = [], i
-                while j >= 0:
-                    path.append(int(fed[0, j]))
-                    j = int(parents[0, j])
-                out.append(chain_law(context + path[::-1]))
-            return torch.stack(out)[None]
+            return torch.stack([chain_law(context + list(node_path(fed, parents, 0, i)))
+                                for i in range(fed.shape[1])])[None]
 
         want = grow_tree(chain_law(context)[None], expand, nodes=7, depth=3, branch=3)
         assert torch.equal(tree.tokens[row], want.tokens[0])

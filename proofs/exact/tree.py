@@ -91,18 +91,12 @@ Grower = Callable[[tuple[int, ...]], list[Grown]]
 
 def grown(q: LawFn, *, nodes: int, depth: int, branch: int) -> Grower:
     """The implementation's confidence-grown tree after each context (one tree, every uniform)."""
-    from specsample.drafters.confidence import grow_tree
+    from specsample.drafters.confidence import grow_tree, node_path
 
     def grow(context: tuple[int, ...]) -> list[Grown]:
         def expand(fed: np.ndarray, parents: np.ndarray) -> np.ndarray:
-            laws = []
-            for i in range(fed.shape[1]):
-                path, j = [], i
-                while j >= 0:
-                    path.append(int(fed[0, j]))
-                    j = int(parents[0, j])
-                laws.append([float(x) for x in q(context + tuple(reversed(path)))])
-            return np.array([laws])
+            return np.array([[[float(x) for x in q(context + node_path(fed, parents, 0, i))]
+                              for i in range(fed.shape[1])]])
 
         root = np.array([[float(x) for x in q(context)]])
         tree = grow_tree(root, expand, nodes=nodes, depth=depth, branch=branch)

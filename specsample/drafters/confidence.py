@@ -32,7 +32,7 @@ from specsample.drafters.head import FeatureHead, HeadDrafter, _needs_features
 from specsample.drafters.model import DraftRating, DraftState, ModelDrafter
 
 __all__ = ["ConfidenceTreeDrafter", "HeadConfidenceTreeDrafter", "confidence_law", "grow_tree",
-           "grown_tree_budget", "is_grown_tree_name"]
+           "grown_tree_budget", "is_grown_tree_name", "node_path"]
 
 # The budget a drafter takes when none is given: 8 nodes over 4 levels.
 NODES, DEPTH, BRANCH = 8, 4, 2
@@ -47,6 +47,16 @@ def confidence_law(logits: Array) -> Array:
     xp = namespace(logits)
     shifted = xp.exp(logits - xp.max(logits, axis=-1, keepdims=True))
     return shifted / xp.sum(shifted, axis=-1, keepdims=True)
+
+
+def node_path(fed: Array, parents: Array, row: int, node: int) -> tuple[int, ...]:
+    """The tokens from the tree's first level down to `node` (itself last) in row `row` of an
+    `Expand` call's tokens and parents: the path whose law that call is asked for."""
+    path, at = [], node
+    while at >= 0:
+        path.append(int(fed[row, at]))
+        at = int(parents[row, at])
+    return tuple(reversed(path))
 
 
 def _top(law: Array, b: int) -> tuple[Array, Array]:
