@@ -132,6 +132,28 @@ def test_generate_streams_text_and_metrics(capsys: pytest.CaptureFixture[str]) -
         assert word in out
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("smol")
+def test_the_demo_batch_drafts_as_the_python_api_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo's streamed ragged batch runs the rounds `Runner.generate` runs on the same
+    prompts and seed: the same tokens and the same mean K, so it speculates whenever the
+    Python API does (with `auto`'s load-time costs fixed, as the golden runs fix them)."""
+    import specsample
+    from specsample.cli._demo import MODEL_K, STREAMED, demo_config
+    from specsample.cli._generate import generate_text
+    from tests.golden_runs import fixed_costs
+
+    with fixed_costs():
+        runner = specsample.load(demo_config(k=MODEL_K, seed=0))
+    api = runner.generate(list(STREAMED), max_new_tokens=48)
+    assert generate_text(runner, list(STREAMED), 48, stream=True) == 0
+    out = capsys.readouterr().out
+    assert api.metrics.mean_k > 0  # the API drafts for this batch
+    assert f"mean K {api.metrics.mean_k:.2f}" in out, out
+    assert f"acceptance rate {api.metrics.acceptance_rate:.3f}" in out
+    assert api.texts[1] in out  # the second row, printed after the stream
+
+
 def spec_plain(records: dict[tuple[str, float], dict[str, object]]) -> str:
     """The plain variant the greedy speedups are measured against."""
     return str(records[("plain", 0.0)]["variant"])

@@ -19,12 +19,14 @@ from specsample.cli.options import DEFAULT_DRAFT, DEFAULT_TARGET, load_config
 from specsample.engine.generate import iterate
 from specsample.testing import autoregressive_law, goodness_of_fit
 
-__all__ = ["add_parser", "model_demo", "toy_demo"]
+__all__ = ["STREAMED", "add_parser", "demo_config", "model_demo", "toy_demo"]
 
 ROWS = 100_000
 # `auto` narrows each round to the width Thm 3.8 predicts fastest (a power of two up to K, or
 # a plain step), so K only caps long copies; the toy's noisy draft verifies a fixed K.
 MODEL_K, TOY_K = AUTO_K, 3
+# The streamed example: an open-ended prompt and a grounded one, as one ragged batch.
+STREAMED = (bench.PROMPTS[0][1], bench.PROMPTS[2][1])
 
 
 def add_parser(sub: Any) -> None:
@@ -55,14 +57,19 @@ def model_demo(*, k: int, seed: int) -> int:
     print(f"specsample demo: SmolLM2-135M-Instruct (target), drafter {DEFAULT_DRAFT!r} (prompt lookup, "
           f"and a model draft where Thm 3.8 predicts a speedup: the shipped draft head or the int8 "
           f"copy, whichever rates faster here), K={k}; loading...")
-    config = load_config(None, {"k": k, "seed": seed, "temperature": 0.7, "target": DEFAULT_TARGET})
-    runner = specsample.load(config)
+    runner = specsample.load(demo_config(k=k, seed=seed))
     print("\n".join(runner.explain()))
     print("\ntwo prompts as one ragged batch, T=0.7 (the first streamed):")
-    generate_text(runner, [bench.PROMPTS[0][1], bench.PROMPTS[2][1]], 48, stream=True)
+    generate_text(runner, list(STREAMED), 48, stream=True)
     print("\nshort benchmark: 2 prompts, 1 repeat, 32 tokens, greedy and T=0.7")
     plan = bench.ModelsPlan(prompts=2, repeats=1, max_new_tokens=32)
     return show_models(runner, plan, path=Path("results/demo.json"))
+
+
+def demo_config(*, k: int | str, seed: int) -> Config:
+    """The real-model demo's Config: the default drafter on the embedded target at T=0.7,
+    under the environment and a config file as any command."""
+    return load_config(None, {"k": k, "seed": seed, "temperature": 0.7, "target": DEFAULT_TARGET})
 
 
 def toy_demo(*, rows: int, k: int, seed: int) -> int:
