@@ -130,6 +130,9 @@ def test_generate_streams_text_and_metrics(capsys: pytest.CaptureFixture[str]) -
     for word in ("acceptance rate", "alpha", "tokens/round", "rounds", "tokens/s",
                  "predicted speedup"):
         assert word in out
+    settings = next(line for line in out.splitlines() if line.startswith("settings:"))
+    assert "auto chose" in settings and "(--explain: why)" in settings, settings  # not the long story
+    assert len(settings) < 300, settings
 
 
 @pytest.mark.slow

@@ -70,8 +70,10 @@ def _print_metrics(m: Metrics, *, seconds: float, c: float) -> None:
 def _settings(runner: Runner, max_new: int) -> str:
     config, target = runner.config, runner.target
     where = "".join(f"{n} {getattr(target, n)}, " for n in ("device", "dtype") if hasattr(target, n))
+    explained = runner.explain()  # auto: a heading over its table; else the drafter in words
+    drafter = f"{explained[0].rstrip(':')} (--explain: why)" if len(explained) > 1 else explained[0]
     return (f"settings: backend {config.backend}, target {config.target or 'default'}, {where}"
-            f"{runner.drafter_note()}, "
+            f"{drafter}, "
             f"K={config.k}, {config.params()}, "
             f"seed {config.seed}, max new tokens {max_new}")
 
