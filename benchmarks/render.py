@@ -321,6 +321,19 @@ def others(root: Path) -> Lines:
 HEADS = Path("backends/torch/heads")
 
 
+def _recipe(plan: Mapping[str, Any]) -> str:
+    """The name of the `specsample distill` recipe a card's plan is (fields it lacks take the
+    plan's defaults, as when it was trained), else "custom"."""
+    from specsample.drafters.head import RECIPES, DistillPlan
+
+    known = {f.name for f in dataclasses.fields(DistillPlan)}
+    try:
+        given = DistillPlan(**{k: v for k, v in plan.items() if k in known})
+    except (TypeError, ValueError):
+        return "custom"
+    return next((name for name, recipe in RECIPES.items() if recipe == given), "custom")
+
+
 def heads(root: Path) -> Lines:
     """The held-out acceptance of each shipped draft head, from its card (`specsample distill`
     writes it; `specsample distill --evaluate --out FILE` measures it for an existing head)."""
@@ -336,8 +349,8 @@ def heads(root: Path) -> Lines:
     for path in cards:
         card = _load(path) or {}
         plan = card.get("plan", {})
-        recipe = (f"unroll {plan.get('unroll', 1)}, feature weight {plan.get('feature_weight')}, "
-                  f"{card.get('training_tokens', '?')} tokens")
+        recipe = (f"{_recipe(plan)}: unroll {plan.get('unroll', 1)}, feature weight "
+                  f"{plan.get('feature_weight')}, {card.get('training_tokens', '?')} tokens")
         table = card.get("held_out_by_temperature")
         if not isinstance(table, dict):
             rows.append([f"`{path.stem}`", recipe, "-", "-", "not measured: `specsample distill --evaluate "

@@ -38,7 +38,7 @@ RUNS: dict[str, tuple[dict[str, Any], int, bool]] = {
                               24, False),
     "reference/auto/T1": ({"backend": "reference", "draft": "auto", "seed": 5}, 24, True),
     "torch/lookup/T0": ({"backend": "torch", "draft": "lookup", "temperature": 0.0, "k": 4}, 16, False),
-    "torch/head/T0.7": ({"backend": "torch", "draft": "head", "temperature": 0.7, "k": 3}, 16, False),
+    "torch/head/T0.7": ({"backend": "torch", "draft": "head:v1", "temperature": 0.7, "k": 3}, 16, False),
     "torch/head-tree/T1": ({"backend": "torch", "draft": "head-tree:3", "seed": 2}, 16, False),
     "torch/int8/T0.7-topk": ({"backend": "torch", "draft": "int8", "temperature": 0.7, "top_k": 20, "k": 2},
                              12, False),

@@ -14,6 +14,7 @@ it); each moves the output law far beyond that, and the same tests must fail.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -480,7 +481,7 @@ def test_the_tree_sampler_refuses_a_head(target: HFModel) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["head", "head-tree", "grown-tree:6x3"])
+@pytest.mark.parametrize("name", ["head", "head:v1", "head-tree", "grown-tree:6x3"])
 def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain(name: str) -> None:
     from specsample_backends.torch import loading
     from specsample_backends.torch.head import SHIPPED
@@ -502,6 +503,19 @@ def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain(name:
             logits, _ = smol.forward(prefix, smol.new_cache(1, prefix.shape[1]))
             assert abs(float(logits[0, -1, a[at]] - logits[0, -1, b[at]])) < 1e-3, (text, at)
         assert spec.metrics.accepted > 0
+
+
+def test_each_shipped_version_is_a_file_with_its_card_and_other_names_are_paths() -> None:
+    from specsample_backends.torch.head import SHIPPED, SHIPPED_VERSIONS, head_file
+
+    assert set(SHIPPED_VERSIONS) == {"v1", "v2"} and SHIPPED in SHIPPED_VERSIONS.values()
+    for version, path in SHIPPED_VERSIONS.items():
+        assert head_file(version) == path and path.is_file() and path.with_suffix(".json").is_file()
+    assert head_file("v1") != SHIPPED
+    assert head_file("heads/mine.safetensors") == Path("heads/mine.safetensors")
+    with pytest.raises(ValueError, match=r"head: expected a shipped version \(v1, v2\) or a head "
+                                         r"file's path, got ''"):
+        head_file("")
 
 
 @pytest.mark.slow

@@ -114,8 +114,9 @@ def test_installed_backend_imports(installed: Path, tmp_path: Path, backend: str
 
 def test_wheel_ships_the_draft_head_and_its_card(wheel: Path) -> None:
     names = _names(wheel)
-    for suffix in (".safetensors", ".json"):
-        assert f"specsample_backends/torch/heads/smollm2-135m-instruct{suffix}" in names
+    for name in ("smollm2-135m-instruct", "smollm2-135m-instruct-v1"):  # the default and v1
+        for suffix in (".safetensors", ".json"):
+            assert f"specsample_backends/torch/heads/{name}{suffix}" in names
 
 
 def test_wheel_requires_only_the_core_and_puts_scipy_and_numba_in_extras(wheel: Path) -> None:

@@ -28,11 +28,16 @@ from ._fast import DenseLinear, LlamaLayer, LlamaStack, attention_mask, embed, h
 from ._forward import llama_layers
 from .model import NO_LOGITS, HFModel, selected_columns
 
-__all__ = ["SHIPPED", "DraftHead", "HeadModel", "fingerprint", "fingerprints", "head_fan_out", "head_prior",
-           "load_head", "save_head"]
+__all__ = ["SHIPPED", "SHIPPED_VERSIONS", "DraftHead", "HeadModel", "fingerprint", "fingerprints",
+           "head_fan_out", "head_file", "head_prior", "load_head", "save_head"]
 
-# The head trained for the embedded SmolLM2-135M-Instruct (`specsample distill` writes it).
-SHIPPED = Path(__file__).with_name("heads") / "smollm2-135m-instruct.safetensors"
+_HEADS = Path(__file__).with_name("heads")
+# The head the "head" drafters load for the embedded SmolLM2-135M-Instruct (`specsample
+# distill` writes it).
+SHIPPED = _HEADS / "smollm2-135m-instruct.safetensors"
+# Each shipped head by the recipe that trained it (`specsample distill --recipe`): "head:v1"
+# drafts with the first, for comparison.
+SHIPPED_VERSIONS = {"v1": _HEADS / "smollm2-135m-instruct-v1.safetensors", "v2": SHIPPED}
 
 _LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
 _BOOKKEEPING = ("transformers_version", "architectures", "quantization_config")
@@ -383,6 +388,15 @@ def save_head(head: DraftHead, path: str | Path, card: dict[str, Any]) -> Path:
     card_path = path.with_suffix(".json")
     card_path.write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
     return card_path
+
+
+def head_file(spec: str) -> Path:
+    """The head file that the part after "head:" of a drafter name names: a shipped version
+    (a key of `SHIPPED_VERSIONS`) or a path."""
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"head: expected a shipped version ({', '.join(SHIPPED_VERSIONS)}) or a head "
+                         f"file's path, got {spec!r}")
+    return SHIPPED_VERSIONS.get(spec, Path(spec))
 
 
 def head_prior(path: str | Path) -> float:

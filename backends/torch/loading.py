@@ -302,9 +302,9 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
     if name == "head" or name.startswith("head:"):
         from specsample.drafters.head import HeadDrafter
 
-        from .head import SHIPPED, HeadModel, head_fan_out, head_prior, load_head
+        from .head import SHIPPED, HeadModel, head_fan_out, head_file, head_prior, load_head
 
-        path = name.removeprefix("head:") if name != "head" else SHIPPED
+        path = head_file(name.removeprefix("head:")) if name != "head" else SHIPPED
         rating = DraftRating(prior_alpha=head_prior(path), fan_out_hits=head_fan_out(path))
         return HeadDrafter(HeadModel(load_head(path, target)), rating=rating)
     if name == "head-tree" or name.startswith("head-tree:"):

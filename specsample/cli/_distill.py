@@ -14,7 +14,7 @@ from specsample.cli.options import DEFAULT_TARGET
 from specsample.drafters.head import RECIPES, DistillPlan
 
 # The recipe of the head shipped with the package.
-SHIPPED_RECIPE = "v1"
+SHIPPED_RECIPE = "v2"
 
 __all__ = ["add_parser"]
 
