@@ -8,7 +8,12 @@ Statistics: n = 200,000 rows per method, the first 2 tokens (M = 64 outcomes) of
 random Llama (V = 8, float64) drafted by its own first layer; goodness_of_fit against the
 target's exact law at alpha = 1e-4 (tau ~= 0.0116), so a law at TV >= 0.024 is caught with
 probability >= 1 - 1e-4; at T = 1 and at T = 0.7 with top-p 0.9. The negative control (a
-residual that keeps a rejected sibling's mass) must fail the same test. The exact law
+residual that keeps a rejected sibling's mass) must fail the same test.
+
+Trees sized by a `RatedBudget` through the engine (its calibration moves with the rounds'
+outcomes, so the tree reads the run's past): n = 20,000 rows, the same 2 tokens and test at
+alpha = 1e-4 (tau ~= 0.037 at T = 1, 0.033 at T = 0.7 top-p 0.9; a law at TV >= 0.073 / 0.066
+is caught with probability >= 1 - 1e-4); the broken residual (TV ~0.22 here) must fail. The exact law
 through `grow_tree` and `verify_tree`, with the control that peeks at the target, is in
 tests/test_proofs_exact.py.
 """
@@ -25,6 +30,8 @@ from specsample.core.params import SamplingParams
 from specsample.core.protocols import StatefulTreeDrafter, TreeDrafter
 from specsample.drafters.confidence import (
     ConfidenceTreeDrafter,
+    GrownState,
+    RatedBudget,
     confidence_law,
     grow_tree,
     grown_tree_budget,
@@ -32,6 +39,8 @@ from specsample.drafters.confidence import (
     node_path,
 )
 from specsample.engine.generate import generate, generate_plain
+from specsample.engine.options import RunOptions
+from specsample.engine.tree import generate_tree, run_tree_rounds
 from specsample.testing import broken, goodness_of_fit, tree_samples
 
 ROWS = 200_000
@@ -131,6 +140,8 @@ def test_the_drafter_is_a_stateful_tree_drafter(pair) -> None:  # type: ignore[n
     drafter = ConfidenceTreeDrafter(pair[1], nodes=6, depth=3)
     assert isinstance(drafter, TreeDrafter) and isinstance(drafter, StatefulTreeDrafter)
     assert drafter.describe() == {"nodes": 6, "depth": 3, "branch": 2}
+    with pytest.raises(TypeError, match="budget: expected None or a RatedBudget, got dict"):
+        ConfidenceTreeDrafter(pair[1], budget={"c": 0.1})  # type: ignore[arg-type]
 
 
 def test_the_drafters_tree_is_the_growth_on_chain_forwards_of_each_path(pair) -> None:  # type: ignore[no-untyped-def]
@@ -211,3 +222,100 @@ def test_names_spell_the_budget() -> None:
     for bad in ("grown-tree:0", "grown-tree:4x0", "grown-tree:ax2", "grown-tree:1x2x3", "grown"):
         with pytest.raises(ValueError, match="expected 'grown-tree', 'grown-tree:N' or 'grown-tree:NxD'"):
             grown_tree_budget(bad)
+
+
+# --- trees sized by a RatedBudget --------------------------------------------------------------
+
+def _flat(cost: float):  # type: ignore[no-untyped-def]
+    """A verify of p positions costing 1 + cost (p - 1) plain steps, at any batch."""
+    return lambda batch, positions: 1 + cost * (positions - 1)
+
+
+def _rated_by_hand(scores: list[float], levels: int, c: float, width, kappa: float) -> int:  # type: ignore[no-untyped-def]
+    """Thm 3.8's pick, written out: the w maximising (1 + kappa * top-w mass) / (levels c + width(w + 1))."""
+    ordered = sorted(scores, reverse=True)
+    rates = [(1 + kappa * sum(ordered[:w])) / (levels * c + width(1, w + 1)) for w in range(len(ordered) + 1)]
+    return rates.index(max(rates))
+
+
+def test_a_rated_budget_keeps_the_node_count_thm_3_8_rates_best() -> None:
+    table = {(0,): [0.1, 0.6, 0.2, 0.1], (1,): [0.05, 0.05, 0.7, 0.2]}
+    root = np.array([[0.5, 0.3, 0.15, 0.05]])
+    # The grown candidates' path probabilities: 0.5, 0.3 (level 1); 0.5 x 0.6, 0.5 x 0.2,
+    # 0.3 x 0.7, 0.3 x 0.2 (level 2).
+    scores = [0.5, 0.3, 0.3, 0.1, 0.21, 0.06]
+    cases = ((0.0, 1.0, 6), (0.25, 1.0, None), (0.6, 1.0, None), (5.0, 1.0, 0), (0.25, 0.3, None))
+    for cost, kappa, want in cases:
+        budget = RatedBudget(c=0.0, width=_flat(cost), kappa=kappa)
+        tree = grow_tree(root, _table_expand(table, 4), nodes=6, depth=2, branch=2, budget=budget)
+        expected = _rated_by_hand(scores, 2, 0.0, _flat(cost), kappa) if want is None else want
+        assert int(tree.sizes[0]) == expected, (cost, kappa)
+        assert tree.tokens.shape[1] == max(expected, 1)
+    # The picks differ with the costs: a free verify keeps all, a dear one none, between some.
+    picks = {_rated_by_hand(scores, 2, 0.0, _flat(cost), 1.0) for cost in (0.0, 0.25, 0.6, 5.0)}
+    assert len(picks) >= 3, picks
+
+
+def test_a_rated_budget_stops_growing_where_a_level_cannot_pay() -> None:
+    calls = []
+
+    def expand(fed: np.ndarray, parents: np.ndarray) -> np.ndarray:
+        calls.append(fed.shape[1])
+        return np.full((1, fed.shape[1], 4), 0.25)
+
+    root = np.array([[0.4, 0.3, 0.2, 0.1]])
+    grow_tree(root, expand, nodes=8, depth=4, branch=2, budget=RatedBudget(c=0.0, width=_flat(0.0)))
+    assert len(calls) == 3  # free levels and a free verify: every level is grown
+    calls.clear()
+    tree = grow_tree(root, expand, nodes=8, depth=4, branch=2, budget=RatedBudget(c=5.0, width=_flat(0.1)))
+    assert not calls and int(tree.sizes[0]) == 2  # a level costs 5 plain steps: the root's two
+    # children only, as the rating keeps them (1.7 / 6.2 > 1.4 / 6.1 > 1 / 6)
+
+
+def test_the_calibration_follows_the_runs_outcomes(pair) -> None:  # type: ignore[no-untyped-def]
+    budget = RatedBudget(c=0.05, width=_flat(0.08), kappa=1.0, weight=2.0)
+    assert budget.calibration(0.0, 0.0) == 1.0
+    assert budget.calibration(3.0, 8.0) == pytest.approx((3 + 2) / (8 + 2))
+    target, draft = pair
+    drafter = ConfidenceTreeDrafter(draft, nodes=6, depth=3, budget=budget)
+    assert drafter.describe() == {"nodes": 6, "depth": 3, "branch": 2, "rated": True, "c": 0.05}
+    run = RunOptions(max_new_tokens=12, params=SamplingParams(temperature=1.0), seed=1)
+    accepted = 0
+    for step in run_tree_rounds(target, drafter, torch.tensor([TREE_PROMPT] * 16), run):
+        state = step.state.draft_state
+        assert isinstance(state, GrownState)
+        # The drafts a row committed (a round's last token is not one; a row cut at its stop
+        # commits fewer than it accepted).
+        accepted += int((step.result.emitted[step.result.active] - 1).clip(min=0).sum())
+        assert state.accepted == accepted
+    assert state.predicted > 0 and budget.calibration(state.accepted, state.predicted) != 1.0
+
+
+def test_rated_greedy_output_is_plain_decoding(pair) -> None:  # type: ignore[no-untyped-def]
+    target, draft = pair
+    ids = torch.tensor([TREE_PROMPT] * 3)
+    greedy = SamplingParams(temperature=0.0)
+    plain = generate_plain(target, ids, max_new_tokens=24, params=greedy, seed=0)
+    for cost in (0.08, 50.0):  # some trees; none (plain steps only)
+        budget = RatedBudget(c=0.05, width=_flat(cost))
+        drafter = ConfidenceTreeDrafter(draft, nodes=6, depth=3, budget=budget)
+        spec = generate(target, drafter, ids, max_new_tokens=24, params=greedy, seed=0)
+        assert torch.equal(spec.sequences, plain.sequences)
+        assert (spec.metrics.mean_tokens_per_round > 1.5) == (cost < 1)
+
+
+@pytest.mark.parametrize(("params", "rule"), [
+    (SamplingParams(temperature=1.0), None),
+    (SamplingParams(temperature=0.7, top_p=0.9), None),
+    (SamplingParams(temperature=1.0), "tree-without-residual"),
+], ids=["T=1", "T=0.7 top-p 0.9", "T=1 broken residual"])
+def test_rated_trees_follow_the_target_law_through_the_engine(pair, params, rule) -> None:  # type: ignore[no-untyped-def]
+    target, draft = pair
+    drafter = ConfidenceTreeDrafter(draft, nodes=6, depth=3, budget=RatedBudget(c=0.05, width=_flat(0.08)))
+    verifier = {"verifier": broken.TREE_VERIFIERS[rule]} if rule else {}
+    out = generate_tree(target, drafter, torch.tensor([TREE_PROMPT] * 20_000), max_new_tokens=2,
+                        params=params, seed=5, **verifier)
+    assert out.metrics.accepted > 0  # trees were drafted and taken
+    spec = out.sequences[:, len(TREE_PROMPT):].numpy()
+    result = goodness_of_fit(spec[:, 0] * 8 + spec[:, 1], _tree_law(target, params))
+    assert result.passed == (rule is None), str(result)

@@ -481,7 +481,7 @@ def test_the_tree_sampler_refuses_a_head(target: HFModel) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["head", "head:v1", "head-tree", "grown-tree:6x3"])
+@pytest.mark.parametrize("name", ["head", "head:v1", "head-tree", "grown-tree:6x3", "grown-tree"])
 def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain(name: str) -> None:
     from specsample_backends.torch import loading
     from specsample_backends.torch.head import SHIPPED

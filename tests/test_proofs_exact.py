@@ -168,6 +168,28 @@ def test_a_grown_tree_that_peeks_at_the_target_fails_the_exact_check(case):
     assert tree_checker.check_grown(*case, peek=False)
 
 
+@pytest.mark.parametrize("case", tree_checker.RATED_CASES, ids=str)
+def test_trees_sized_by_a_rated_budget_keep_the_target_law_and_a_peeking_one_does_not(case):
+    # The budget stops growing and keeps the node count its rating prefers after each
+    # context, none after some (a plain step); the same peek control must fail.
+    assert tree_checker.check_grown(*case, budget=tree_checker.RATED)
+    assert not tree_checker.check_grown(*case, budget=tree_checker.RATED, peek=True)
+
+
+def test_a_rated_budget_keeps_trees_of_several_sizes_and_none_after_some_contexts():
+    import itertools
+
+    sizes, shapes = set(), set()
+    for nodes, depth, branch, vocab, order, _ in tree_checker.RATED_CASES:
+        _, q = tree_checker.models(vocab, order)
+        grow = tree_checker.grown(q, nodes=nodes, depth=depth, branch=branch, budget=tree_checker.RATED)
+        for context in itertools.product(range(vocab), repeat=3):
+            tokens, parents, _ = grow(context)[0]
+            sizes.add(len(tokens))
+            shapes.add(parents)
+    assert 0 in sizes and len(sizes - {0}) >= 2 and len(shapes) >= 5, (sizes, shapes)
+
+
 def test_grown_trees_change_shape_with_the_context():
     import itertools
 

@@ -20,7 +20,12 @@ from specsample.api.draft_names import compose_drafter, split_name
 from specsample.core.metrics import Costs
 from specsample.core.params import SamplingParams
 from specsample.core.protocols import Drafter
-from specsample.drafters.confidence import HeadConfidenceTreeDrafter, grown_tree_budget, is_grown_tree_name
+from specsample.drafters.confidence import (
+    HeadConfidenceTreeDrafter,
+    RatedBudget,
+    grown_tree_budget,
+    is_grown_tree_name,
+)
 from specsample.drafters.lookup import PromptLookupDrafter
 from specsample.drafters.model import DraftRating, ModelDrafter
 from specsample.drafters.suffix import is_suffix_tree_name, suffix_tree
@@ -195,9 +200,11 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None, fa
             "lookup" (prompt lookup), "suffix-tree", "suffix-tree:N" or
             "suffix-tree:NxD" (a tree of up to N nodes and D levels from every earlier
             occurrence of the context's suffix; see `specsample.drafters.suffix`; "+memory" at the end also
-            matches earlier calls' sequences), "grown-tree", "grown-tree:N" or
-            "grown-tree:NxD" (a tree of N nodes and D levels grown by the shipped head's
-            confidence; see `specsample.drafters.confidence`), "head" or
+            matches earlier calls' sequences), "grown-tree" (a tree grown by the shipped
+            head's confidence, each round's levels and node count, at most 8 x 4, rated
+            against c and the verify's cost per width measured here: a `RatedBudget`),
+            "grown-tree:N" or "grown-tree:NxD" (a fixed budget of N nodes and D levels; see
+            `specsample.drafters.confidence`), "head" or
             "head:FILE" (a feature-level draft head trained for this target: the
             shipped one, or a file; see `head.load_head`; drafting as a chain or as a
             fan-out of its likeliest tokens, whichever `_fastest_head` rates faster here),
@@ -297,8 +304,13 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
 
         budget = grown_tree_budget(name)
         rating = DraftRating(prior_alpha=head_prior(SHIPPED))
-        return HeadConfidenceTreeDrafter(HeadModel(load_head(SHIPPED, target)),  # type: ignore[return-value]
-                                         nodes=budget["nodes"], depth=budget["depth"], rating=rating)
+        grown = HeadConfidenceTreeDrafter(HeadModel(load_head(SHIPPED, target)), nodes=budget["nodes"],
+                                          depth=budget["depth"], rating=rating)
+        if name != "grown-tree":  # a budget by name is fixed
+            return grown  # type: ignore[return-value]
+        rated = RatedBudget(c=_cost_ratio(target, grown.reader), width=_width_cost(target))
+        return HeadConfidenceTreeDrafter(grown.head, nodes=budget["nodes"], depth=budget["depth"],  # type: ignore[return-value]
+                                         rating=rating, budget=rated)
     if name == "head" or name.startswith("head:"):
         from specsample.drafters.head import HeadDrafter
 

@@ -20,7 +20,10 @@ Tree drafts, per round, from the context c at the root:
   verified as deterministic candidates. The negative control grows the same tree but puts
   the token the target will draw with the round's final uniform first below the root (a
   tree that peeks at the target): the final uniform's cells are then cut at the target's
-  CDF, each piece with its own tree, and the law must differ.
+  CDF, each piece with its own tree, and the law must differ;
+- grown and sized by a `RatedBudget` (levels and node count rated against a verify cost per
+  width): trees of different sizes after different contexts, none at all after some (the
+  round is then a plain step: the target's draw at the final uniform).
 
 Run: python proofs/exact/tree.py  (exit status 0 when every case matches).
 """
@@ -36,6 +39,8 @@ import numpy as np
 from specsample_backends.reference import random_ngram
 
 from specsample import verify_tree
+from specsample.core.sample import sample
+from specsample.drafters.confidence import RatedBudget, grow_tree, node_path
 from specsample.testing import autoregressive_law
 
 Law = dict[tuple[int, ...], Fraction]
@@ -89,9 +94,9 @@ Grown = tuple[tuple[int, ...], tuple[int, ...], tuple[Fraction, Fraction]]
 Grower = Callable[[tuple[int, ...]], list[Grown]]
 
 
-def grown(q: LawFn, *, nodes: int, depth: int, branch: int) -> Grower:
-    """The implementation's confidence-grown tree after each context (one tree, every uniform)."""
-    from specsample.drafters.confidence import grow_tree, node_path
+def grown(q: LawFn, *, nodes: int, depth: int, branch: int, budget: RatedBudget | None = None) -> Grower:
+    """The implementation's confidence-grown tree after each context (one tree, every uniform),
+    sized by `budget` where one is given."""
 
     def grow(context: tuple[int, ...]) -> list[Grown]:
         def expand(fed: np.ndarray, parents: np.ndarray) -> np.ndarray:
@@ -99,7 +104,7 @@ def grown(q: LawFn, *, nodes: int, depth: int, branch: int) -> Grower:
                               for i in range(fed.shape[1])]])
 
         root = np.array([[float(x) for x in q(context)]])
-        tree = grow_tree(root, expand, nodes=nodes, depth=depth, branch=branch)
+        tree = grow_tree(root, expand, nodes=nodes, depth=depth, branch=branch, budget=budget)
         size = int(tree.sizes[0])
         tokens = tuple(int(t) for t in tree.tokens[0, :size])
         return [(tokens, tuple(int(a) for a in tree.parents[0, :size]), (Fraction(0), Fraction(1)))]
@@ -170,6 +175,9 @@ def round_law(p: LawFn, q: LawFn, context: tuple[int, ...], parents: Sequence[in
     if callable(parents):
         law: Law = {}
         for tokens, shape, final in parents(context):
+            if not tokens:  # no tree: a plain step, the target's draw at the final uniform
+                _plain(law, p(context), final)
+                continue
             p_laws = [p(context)] + [p(context + tuple(tokens[j] for j in path)) for path in _paths(shape)]
             q_laws = [[Fraction(int(t == x)) for t in range(vocab)] for x in tokens]
             _emit(law, verifier, tokens, shape, p_laws, _walks(p_laws, q_laws, tokens, shape, final),
@@ -187,6 +195,17 @@ def round_law(p: LawFn, q: LawFn, context: tuple[int, ...], parents: Sequence[in
         q_given = None if deterministic or one_hot else q_laws
         _emit(law, verifier, tokens, parents, p_laws, walks, weight, vocab, q_given)
     return law
+
+
+def _plain(law: Law, p_law: list[Fraction], final: tuple[Fraction, Fraction]) -> None:
+    """Add a plain step's law to `law`: the implementation's `sample` at the midpoint of each
+    cell of the final uniform's interval `final` cut at p's CDF, weighted by its length."""
+    cdf = [Fraction(0), *itertools.accumulate(p_law)]
+    for a, b in itertools.pairwise(cdf):
+        lo, hi = max(a, final[0]), min(b, final[1])
+        if hi > lo:
+            token = int(sample(np.array([[float(x) for x in p_law]]), np.array([float((lo + hi) / 2)]))[0])
+            law[(token,)] = law.get((token,), Fraction(0)) + hi - lo
 
 
 def _emit(law: Law, verifier: Verifier, tokens: Sequence[int], parents: Sequence[int],
@@ -257,13 +276,22 @@ GROWN_CASES = [  # (nodes, depth, branch, vocab, order, length)
 ]
 
 
+# A budget whose rating keeps trees of several sizes and shapes, and none after some contexts:
+# a verify whose second position costs a whole forward and each further one a fifth of one,
+# the draft's confidence taken at face value (kappa 1).
+RATED = RatedBudget(c=0.15, width=lambda batch, positions: 1.0 if positions == 1 else 1.8 + 0.2 * positions)
+RATED_CASES = [  # (nodes, depth, branch, vocab, order, length)
+    (4, 3, 2, 3, 2, 4), (5, 3, 2, 4, 1, 4),
+]
+
+
 def check_grown(nodes: int, depth: int, branch: int, vocab: int, order: int, length: int, *,
-                peek: bool | None = None, **kwargs: object) -> bool:
+                peek: bool | None = None, budget: RatedBudget | None = None, **kwargs: object) -> bool:
     """Whether confidence-grown trees (`grow_tree` on the draft's laws) keep the target's law;
     with `peek` (see `peeking`), trees that also hold what the target will draw (True) or
     the same trees with the final uniform cut at the target's CDF (False)."""
     p, q = models(vocab, order)
-    grow = grown(q, nodes=nodes, depth=depth, branch=branch)
+    grow = grown(q, nodes=nodes, depth=depth, branch=branch, budget=budget)
     got = sequence_law(p, q, PREFIX, grow if peek is None else peeking(grow, p, peek=peek), vocab=vocab,
                        length=length, deterministic=True, **kwargs)
     return got == autoregressive_law(p, PREFIX, length=length, vocab_size=vocab)
@@ -284,6 +312,13 @@ def main() -> int:
         nodes, depth, branch, vocab, order, length = case
         print(f"tree grown by the draft's confidence ({nodes} nodes, depth {depth}, branch {branch}): "
               f"V={vocab} order={order} first {length} tokens: {'exact' if passed else 'MISMATCH'}")
+    for case in RATED_CASES:
+        passed = check_grown(*case, budget=RATED)
+        ok &= passed
+        nodes, depth, branch, vocab, order, length = case
+        print(f"tree grown and sized by a rated budget (at most {nodes} nodes, depth {depth}, branch "
+              f"{branch}): V={vocab} order={order} first {length} tokens: "
+              f"{'exact' if passed else 'MISMATCH'}")
     return 0 if ok else 1
 
 

@@ -18,21 +18,36 @@ does not keep the law: the exact checker's negative control.
 
 The confidence is the draft's softmax at temperature 1, whatever the sampling settings,
 as transformers' `assistant_confidence_threshold` reads it.
+
+A `RatedBudget` sizes each round's tree instead of a fixed node count: whatever the tree, a
+round accepts on average the sum over its nodes of the target's probability of the node's
+path (the output law is the target's, and a node is accepted exactly when the emitted
+tokens start with its path). The draft's path probability, scaled by the run's measured
+ratio of accepted drafts to predicted ones, estimates it; Thm 3.8 with the verify's cost
+per width measured on the machine then rates each node count, and each further level of
+growth, against its cost. Rows whose drafts are unlikely take no tree: a round where no row
+has one is a plain step. The choice reads the draft's laws and earlier rounds' outcomes,
+never the current round's uniforms or the target's laws, so the law is kept
+(proofs/tree_verification.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
-from specsample._array import Array, check_int, device, namespace
+import numpy as np
+
+from specsample._array import Array, check_int, device, host_array, namespace
 from specsample.core.cache import rollback
 from specsample.core.protocols import TreeModel, TreeProposal
 from specsample.drafters.head import FeatureHead, HeadDrafter, _needs_features
 from specsample.drafters.model import DraftRating, DraftState, ModelDrafter
 
-__all__ = ["ConfidenceTreeDrafter", "HeadConfidenceTreeDrafter", "confidence_law", "grow_tree",
-           "grown_tree_budget", "is_grown_tree_name", "node_path"]
+__all__ = ["ConfidenceTreeDrafter", "GrownState", "HeadConfidenceTreeDrafter", "RatedBudget",
+           "confidence_law", "grow_tree", "grown_tree_budget", "is_grown_tree_name", "node_path"]
 
 # The budget a drafter takes when none is given: 8 nodes over 4 levels.
 NODES, DEPTH, BRANCH = 8, 4, 2
@@ -40,6 +55,105 @@ NODES, DEPTH, BRANCH = 8, 4, 2
 # tokens [B, E], parents [B, E] (-1: the root; topological) -> the draft's law after each
 # node's path [B, E, V]
 Expand = Callable[[Array, Array], Array]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RatedBudget:
+    """Sizes each round's grown tree by Thm 3.8 with the verify's cost counted (see the
+    module docstring).
+
+    A round that grows `levels` levels and keeps `w` nodes costs levels c + width(B, w + 1)
+    plain steps and commits 1 + kappa m tokens per row on average, m the row's kept path
+    probability; the round keeps the w (the same for every row, as the verify's width is)
+    that rates best, and grows one more level only while the most it could add (every
+    expanded node's mass in one child) would rate better.
+
+    Attributes:
+        c: one growth level's cost (a draft forward) over a one-position target forward, >= 0.
+        width: (batch, positions) -> a target forward of that many positions per row over one
+            of one position, at that batch size (measured by a backend).
+        kappa: accepted drafts per unit of the draft's path probability before evidence, > 0.
+        weight: the prior's weight, in units of predicted drafts, > 0.
+    """
+
+    c: float
+    width: Callable[[int, int], float]
+    kappa: float = 1.0
+    weight: float = 2.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.c, bool) or not isinstance(self.c, (int, float)) or not 0 <= self.c < math.inf:
+            raise ValueError(f"c: expected a finite cost ratio >= 0, got {self.c!r}")
+        if not callable(self.width):
+            raise TypeError(f"width: expected a function (batch, positions) -> cost, got "
+                            f"{type(self.width).__name__}")
+        for name in ("kappa", "weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+
+    def calibration(self, accepted: float, predicted: float) -> float:
+        """kappa after the run's evidence: `accepted` drafts where the draft's path
+        probabilities summed to `predicted`."""
+        return (accepted + self.kappa * self.weight) / (predicted + self.weight)
+
+    def _rates(self, batch: int, masses: np.ndarray, levels: int, kappa: float, extra: int = 0,
+               added: float = 0.0) -> np.ndarray:
+        """Tokens per cost of keeping w = 0..W nodes (`masses[w]`: the rows' mean kept mass),
+        `extra` more positions holding `added` more mass."""
+        cost = np.array([levels * self.c + float(self.width(batch, w + extra + 1))
+                         for w in range(len(masses))])
+        rates: np.ndarray = (1 + kappa * (masses + added)) / cost
+        return rates
+
+    def keep(self, scores: np.ndarray, levels: int, kappa: float) -> int:
+        """The node count that rates best for trees of `scores` [B, M] (each row's path
+        probabilities, in decreasing order) grown over `levels` levels."""
+        masses = np.concatenate([[0.0], np.cumsum(scores.mean(axis=0))])
+        return int(np.argmax(self._rates(int(scores.shape[0]), masses, levels, kappa)))
+
+    def grow_on(self, scores: np.ndarray, expanded: np.ndarray, levels: int, kappa: float) -> bool:
+        """Whether growing a further level over the nodes `expanded` [B, k] (their path
+        probabilities) could rate better than the best tree of `scores` [B, M] now."""
+        batch = int(scores.shape[0])
+        masses = np.concatenate([[0.0], np.cumsum(scores.mean(axis=0))])
+        now = float(np.max(self._rates(batch, masses, levels, kappa)))
+        added = float(expanded.sum(axis=1).mean())
+        later = self._rates(batch, masses, levels + 1, kappa, extra=int(expanded.shape[1]), added=added)
+        return float(np.max(later)) > now
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GrownState(DraftState):
+    """A grown-tree drafter's state: the draft's, and the evidence a `RatedBudget` reads.
+
+    Attributes:
+        proposed: each row's committed length when its last tree was grown (host int64
+            [B]), or None before the first.
+        mass: each row's last tree's kept path probability (host float64 [B]), or None.
+        accepted: drafts accepted in the run's rounds so far.
+        predicted: the path probability those rounds' trees kept, summed.
+    """
+
+    proposed: np.ndarray | None = None
+    mass: np.ndarray | None = None
+    accepted: float = 0.0
+    predicted: float = 0.0
+
+
+def _evidence(state: DraftState, lengths: Array | None) -> tuple[float, float]:
+    """The run's accepted drafts and predicted ones, after the round that committed up to
+    `lengths` (None: before it): a row that moved from `proposed` to L accepted
+    L - proposed - 1 drafts (the round's final token is not a draft); a row that did not
+    move had finished."""
+    if not isinstance(state, GrownState):
+        return 0.0, 0.0
+    if lengths is None or state.proposed is None or state.mass is None:
+        return state.accepted, state.predicted
+    now = host_array(lengths).astype(np.int64)
+    moved = now > state.proposed
+    accepted = float(np.clip(now - state.proposed - 1, 0, None)[moved].sum())
+    return state.accepted + accepted, state.predicted + float(state.mass[moved].sum())
 
 
 def confidence_law(logits: Array) -> Array:
@@ -66,7 +180,8 @@ def _top(law: Array, b: int) -> tuple[Array, Array]:
     return xp.take_along_axis(law, order, axis=-1), xp.astype(order, xp.int64)
 
 
-def grow_tree(root: Array, expand: Expand, *, nodes: int, depth: int, branch: int) -> TreeProposal:
+def grow_tree(root: Array, expand: Expand, *, nodes: int, depth: int, branch: int,
+              budget: RatedBudget | None = None, kappa: float | None = None) -> TreeProposal:
     """The tree of the `nodes` most probable paths under the draft (see the module docstring).
 
     Args:
@@ -77,14 +192,30 @@ def grow_tree(root: Array, expand: Expand, *, nodes: int, depth: int, branch: in
         nodes: the node budget, >= 1.
         depth: the deepest level, >= 1.
         branch: children tried per expanded node and nodes expanded per level, >= 1.
+        budget: None (keep min(nodes, grown) nodes after `depth` levels), or a RatedBudget
+            that stops growing and keeps the node count (at most `nodes`, possibly 0) that
+            rate best; `kappa` is then its calibration (default `budget.kappa`).
 
     Returns:
-        A deterministic TreeProposal (probs None) of min(nodes, grown) nodes per row, in
-        topological order, the siblings of a node in order of decreasing probability.
+        A deterministic TreeProposal (probs None) of min(nodes, grown) nodes per row (with a
+        budget, as many as it keeps: `sizes` 0 and one unused column where it keeps none),
+        in topological order, the siblings of a node in order of decreasing probability.
     """
+    return _grow(root, expand, nodes=nodes, depth=depth, branch=branch, budget=budget, kappa=kappa)[0]
+
+
+def _grow(root: Array, expand: Expand, *, nodes: int, depth: int, branch: int, budget: RatedBudget | None,
+          kappa: float | None) -> tuple[TreeProposal, Array]:
+    """`grow_tree`, and each row's kept path probability (float64 [B] on the host)."""
     check_int("nodes", nodes, 1)
     check_int("depth", depth, 1)
     check_int("branch", branch, 1)
+    if budget is not None and not isinstance(budget, RatedBudget):
+        raise TypeError(f"budget: expected None or a RatedBudget, got {type(budget).__name__}")
+    if kappa is not None and (isinstance(kappa, bool) or not isinstance(kappa, (int, float))
+                              or not 0 < kappa < math.inf):
+        raise ValueError(f"kappa: expected None or a finite number > 0, got {kappa!r}")
+    calibration = (budget.kappa if budget is not None else 1.0) if kappa is None else float(kappa)
     xp = namespace(root)
     if root.ndim != 2:
         raise ValueError(f"root: expected the draft's laws [B, V], got shape {list(root.shape)}")
@@ -98,11 +229,17 @@ def grow_tree(root: Array, expand: Expand, *, nodes: int, depth: int, branch: in
     fed_tokens = xp.zeros((batch, 0), dtype=xp.int64, device=where)
     fed_parents = xp.zeros((batch, 0), dtype=xp.int64, device=where)
     fed_candidate = xp.zeros((batch, 0), dtype=xp.int64, device=where)  # fed node -> candidate
-    start, level = 0, (token, score, below[0])
+    start, level, levels = 0, (token, score, below[0]), 1
     for _ in range(1, depth):
         width = int(level[0].shape[1])
         k = min(b, width)
         pick = xp.astype(xp.argsort(-level[1], axis=1, stable=True)[:, :k], xp.int64)  # [B, k]
+        if budget is not None:
+            grown = -np.sort(-host_array(xp.concat(scores, axis=1)).astype(np.float64), axis=1)[:, :nodes]
+            expanded = host_array(xp.take_along_axis(level[1], pick, axis=1)).astype(np.float64)
+            if not budget.grow_on(grown, expanded, levels, calibration):
+                break
+        levels += 1
         first = int(fed_tokens.shape[1])
         fed_tokens = xp.concat([fed_tokens, xp.take_along_axis(level[0], pick, axis=1)], axis=1)
         fed_parents = xp.concat([fed_parents, xp.take_along_axis(level[2], pick, axis=1)], axis=1)
@@ -122,6 +259,9 @@ def grow_tree(root: Array, expand: Expand, *, nodes: int, depth: int, branch: in
         below.append(level[2])
     token_all, score_all, below_all = (xp.concat(a, axis=1) for a in (tokens, scores, below))
     kept = min(nodes, int(token_all.shape[1]))
+    ordered = -np.sort(-host_array(score_all).astype(np.float64), axis=1)[:, :kept]  # [B, kept]
+    used = kept if budget is None else budget.keep(ordered, levels, calibration)
+    kept = max(used, 1)  # a tree of no node keeps one unused column (sizes 0)
     # The most probable paths (a stable sort: among equal ones, the earlier grown), then back
     # in growth order, which is topological.
     best = xp.argsort(-score_all, axis=1, stable=True)[:, :kept]
@@ -135,8 +275,9 @@ def grow_tree(root: Array, expand: Expand, *, nodes: int, depth: int, branch: in
     # among them is how many kept candidates come before it.
     position = xp.sum(xp.astype(chosen[:, None, :] < parent_candidate[:, :, None], xp.int64), axis=2)
     parents = xp.where(parent_candidate >= 0, position, -1)
-    sizes = xp.full((batch,), kept, dtype=xp.int64, device=where)
-    return TreeProposal(tokens=xp.take_along_axis(token_all, chosen, axis=1), parents=parents, sizes=sizes)
+    sizes = xp.full((batch,), used, dtype=xp.int64, device=where)
+    tree = TreeProposal(tokens=xp.take_along_axis(token_all, chosen, axis=1), parents=parents, sizes=sizes)
+    return tree, ordered[:, :used].sum(axis=1)
 
 
 class ConfidenceTreeDrafter:
@@ -153,16 +294,22 @@ class ConfidenceTreeDrafter:
         depth: the deepest level, >= 1.
         branch: children per expanded node and nodes expanded per level, >= 1.
         rating: what the draft states about itself (see `ModelDrafter`).
+        budget: None (every round grows `depth` levels and keeps `nodes` nodes), or a
+            RatedBudget that sizes each round's tree within them, calibrated by the run's
+            outcomes so far.
     """
 
     def __init__(self, model: TreeModel, *, nodes: int = NODES, depth: int = DEPTH, branch: int = BRANCH,
-                 rating: DraftRating | None = None) -> None:
+                 rating: DraftRating | None = None, budget: RatedBudget | None = None) -> None:
         if not isinstance(model, TreeModel):
             raise TypeError(f"model: expected a TreeModel (forward_tree and commit_path), got "
                             f"{type(model).__name__}")
         self.nodes = check_int("nodes", nodes, 1)
         self.depth = check_int("depth", depth, 1)
         self.branch = check_int("branch", branch, 1)
+        if budget is not None and not isinstance(budget, RatedBudget):
+            raise TypeError(f"budget: expected None or a RatedBudget, got {type(budget).__name__}")
+        self.budget = budget
         self.drafter = ModelDrafter(model, rating=rating)
         self.model, self.rating = model, self.drafter.rating
 
@@ -179,8 +326,9 @@ class ConfidenceTreeDrafter:
         """Roll back to the tokens every row had committed before the round (a round commits
         at most depth + 1), to feed the rest next round."""
         xp = namespace(lengths)
-        return DraftState(cache=rollback(state.cache, xp.clip(lengths - self.depth - 1, min=0)),
-                          window=self.depth + 1)
+        accepted, predicted = _evidence(state, lengths)
+        return GrownState(cache=rollback(state.cache, xp.clip(lengths - self.depth - 1, min=0)),
+                          window=self.depth + 1, accepted=accepted, predicted=predicted)
 
     def propose_from(self, state: DraftState, tokens: Array, lengths: Array, nodes: int, depth: int
                      ) -> tuple[TreeProposal, DraftState]:
@@ -196,8 +344,13 @@ class ConfidenceTreeDrafter:
             cache = rollback(grown, lengths)  # the tree's entries are dropped
             return confidence_law(out)
 
-        tree = grow_tree(confidence_law(logits), expand, nodes=nodes, depth=depth, branch=self.branch)
-        return tree, DraftState(cache=cache, window=state.window)
+        accepted, predicted = _evidence(state, None)
+        kappa = None if self.budget is None else self.budget.calibration(accepted, predicted)
+        tree, mass = _grow(confidence_law(logits), expand, nodes=nodes, depth=depth, branch=self.branch,
+                           budget=self.budget, kappa=kappa)
+        proposed = host_array(lengths).astype(np.int64)
+        return tree, GrownState(cache=cache, window=state.window, proposed=proposed, mass=mass,
+                                accepted=accepted, predicted=predicted)
 
     def propose_tree(self, tokens: Array, lengths: Array, nodes: int, depth: int) -> TreeProposal:
         """The same tree from the committed tokens alone (a fresh draft cache): for callers
@@ -208,7 +361,8 @@ class ConfidenceTreeDrafter:
 
     def describe(self) -> dict[str, Any]:
         """The tree's budget, for a card or a report."""
-        return {"nodes": self.nodes, "depth": self.depth, "branch": self.branch}
+        rated = {} if self.budget is None else {"rated": True, "c": self.budget.c}
+        return {"nodes": self.nodes, "depth": self.depth, "branch": self.branch, **rated}
 
 
 class HeadConfidenceTreeDrafter(ConfidenceTreeDrafter):
@@ -223,14 +377,16 @@ class HeadConfidenceTreeDrafter(ConfidenceTreeDrafter):
         depth: as `ConfidenceTreeDrafter`.
         branch: as `ConfidenceTreeDrafter`.
         rating: as `ConfidenceTreeDrafter`.
+        budget: as `ConfidenceTreeDrafter`.
     """
 
     def __init__(self, head: FeatureHead, *, nodes: int = NODES, depth: int = DEPTH, branch: int = BRANCH,
-                 rating: DraftRating | None = None) -> None:
+                 rating: DraftRating | None = None, budget: RatedBudget | None = None) -> None:
         if not isinstance(head, FeatureHead):
             raise TypeError(f"head: expected a FeatureHead (a Model with with_features), got "
                             f"{type(head).__name__}")
-        super().__init__(head, nodes=nodes, depth=depth, branch=branch, rating=rating)  # type: ignore[arg-type]
+        super().__init__(head, nodes=nodes, depth=depth, branch=branch, rating=rating,  # type: ignore[arg-type]
+                         budget=budget)
         self.reader = HeadDrafter(head, rating=rating)
         self.drafter, self.head, self.rating = self.reader, head, self.reader.rating
 
@@ -255,7 +411,9 @@ class HeadConfidenceTreeDrafter(ConfidenceTreeDrafter):
     def advance_features(self, state: DraftState, lengths: Array, features: Array,
                          first: Array) -> DraftState:
         """As `HeadDrafter.advance_features`, with the accepted path's features."""
-        return self.reader.advance_features(state, lengths, features, first)
+        accepted, predicted = _evidence(state, lengths)
+        moved = self.reader.advance_features(state, lengths, features, first)
+        return GrownState(cache=moved.cache, window=moved.window, accepted=accepted, predicted=predicted)
 
 
 def is_grown_tree_name(name: object) -> bool:
