@@ -26,6 +26,7 @@ import torch
 from test_testing_tree import TREE_PROMPT, _tree_law
 from test_tree import tree_llama
 
+from specsample.core.metrics import Costs
 from specsample.core.params import SamplingParams
 from specsample.core.protocols import StatefulTreeDrafter, TreeDrafter
 from specsample.drafters.confidence import (
@@ -231,6 +232,11 @@ def _flat(cost: float):  # type: ignore[no-untyped-def]
     return lambda batch, positions: 1 + cost * (positions - 1)
 
 
+def _budget(c: float, cost: float, **kwargs: float) -> RatedBudget:
+    """A RatedBudget of growth levels costing c and a verify costing `_flat(cost)`."""
+    return RatedBudget(costs=Costs(c=c, width=_flat(cost)), **kwargs)
+
+
 def _rated_by_hand(scores: list[float], levels: int, c: float, width, kappa: float) -> int:  # type: ignore[no-untyped-def]
     """Thm 3.8's pick, written out: the w maximising (1 + kappa * top-w mass) / (levels c + width(w + 1))."""
     ordered = sorted(scores, reverse=True)
@@ -246,11 +252,15 @@ def test_a_rated_budget_keeps_the_node_count_thm_3_8_rates_best() -> None:
     scores = [0.5, 0.3, 0.3, 0.1, 0.21, 0.06]
     cases = ((0.0, 1.0, 6), (0.25, 1.0, None), (0.6, 1.0, None), (5.0, 1.0, 0), (0.25, 0.3, None))
     for cost, kappa, want in cases:
-        budget = RatedBudget(c=0.0, width=_flat(cost), kappa=kappa)
+        budget = _budget(0.0, cost, kappa=kappa)
         tree = grow_tree(root, _table_expand(table, 4), nodes=6, depth=2, branch=2, budget=budget)
         expected = _rated_by_hand(scores, 2, 0.0, _flat(cost), kappa) if want is None else want
         assert int(tree.sizes[0]) == expected, (cost, kappa)
         assert tree.tokens.shape[1] == max(expected, 1)
+    with pytest.raises(TypeError, match="costs: expected Costs with the verify's cost per width"):
+        RatedBudget(costs=Costs(c=0.1))
+    with pytest.raises(ValueError, match="kappa: expected a finite number > 0, got 0"):
+        _budget(0.1, 0.1, kappa=0)
     # The picks differ with the costs: a free verify keeps all, a dear one none, between some.
     picks = {_rated_by_hand(scores, 2, 0.0, _flat(cost), 1.0) for cost in (0.0, 0.25, 0.6, 5.0)}
     assert len(picks) >= 3, picks
@@ -264,16 +274,16 @@ def test_a_rated_budget_stops_growing_where_a_level_cannot_pay() -> None:
         return np.full((1, fed.shape[1], 4), 0.25)
 
     root = np.array([[0.4, 0.3, 0.2, 0.1]])
-    grow_tree(root, expand, nodes=8, depth=4, branch=2, budget=RatedBudget(c=0.0, width=_flat(0.0)))
+    grow_tree(root, expand, nodes=8, depth=4, branch=2, budget=_budget(0.0, 0.0))
     assert len(calls) == 3  # free levels and a free verify: every level is grown
     calls.clear()
-    tree = grow_tree(root, expand, nodes=8, depth=4, branch=2, budget=RatedBudget(c=5.0, width=_flat(0.1)))
+    tree = grow_tree(root, expand, nodes=8, depth=4, branch=2, budget=_budget(5.0, 0.1))
     assert not calls and int(tree.sizes[0]) == 2  # a level costs 5 plain steps: the root's two
     # children only, as the rating keeps them (1.7 / 6.2 > 1.4 / 6.1 > 1 / 6)
 
 
 def test_the_calibration_follows_the_runs_outcomes(pair) -> None:  # type: ignore[no-untyped-def]
-    budget = RatedBudget(c=0.05, width=_flat(0.08), kappa=1.0, weight=2.0)
+    budget = _budget(0.05, 0.08, kappa=1.0, weight=2.0)
     assert budget.calibration(0.0, 0.0) == 1.0
     assert budget.calibration(3.0, 8.0) == pytest.approx((3 + 2) / (8 + 2))
     target, draft = pair
@@ -297,7 +307,7 @@ def test_rated_greedy_output_is_plain_decoding(pair) -> None:  # type: ignore[no
     greedy = SamplingParams(temperature=0.0)
     plain = generate_plain(target, ids, max_new_tokens=24, params=greedy, seed=0)
     for cost in (0.08, 50.0):  # some trees; none (plain steps only)
-        budget = RatedBudget(c=0.05, width=_flat(cost))
+        budget = _budget(0.05, cost)
         drafter = ConfidenceTreeDrafter(draft, nodes=6, depth=3, budget=budget)
         spec = generate(target, drafter, ids, max_new_tokens=24, params=greedy, seed=0)
         assert torch.equal(spec.sequences, plain.sequences)
@@ -311,7 +321,7 @@ def test_rated_greedy_output_is_plain_decoding(pair) -> None:  # type: ignore[no
 ], ids=["T=1", "T=0.7 top-p 0.9", "T=1 broken residual"])
 def test_rated_trees_follow_the_target_law_through_the_engine(pair, params, rule) -> None:  # type: ignore[no-untyped-def]
     target, draft = pair
-    drafter = ConfidenceTreeDrafter(draft, nodes=6, depth=3, budget=RatedBudget(c=0.05, width=_flat(0.08)))
+    drafter = ConfidenceTreeDrafter(draft, nodes=6, depth=3, budget=_budget(0.05, 0.08))
     verifier = {"verifier": broken.TREE_VERIFIERS[rule]} if rule else {}
     out = generate_tree(target, drafter, torch.tensor([TREE_PROMPT] * 20_000), max_new_tokens=2,
                         params=params, seed=5, **verifier)

@@ -300,17 +300,18 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
     if is_suffix_tree_name(name):
         return suffix_tree(name)  # type: ignore[return-value]
     if is_grown_tree_name(name):  # the shipped head's tree, grown by its confidence
+        from specsample.drafters.head import HeadDrafter
+
         from .head import SHIPPED, HeadModel, head_prior, load_head
 
         budget = grown_tree_budget(name)
-        rating = DraftRating(prior_alpha=head_prior(SHIPPED))
-        grown = HeadConfidenceTreeDrafter(HeadModel(load_head(SHIPPED, target)), nodes=budget["nodes"],
-                                          depth=budget["depth"], rating=rating)
-        if name != "grown-tree":  # a budget by name is fixed
-            return grown  # type: ignore[return-value]
-        rated = RatedBudget(c=_cost_ratio(target, grown.reader), width=_width_cost(target))
-        return HeadConfidenceTreeDrafter(grown.head, nodes=budget["nodes"], depth=budget["depth"],  # type: ignore[return-value]
-                                         rating=rating, budget=rated)
+        head = HeadModel(load_head(SHIPPED, target))
+        rated = None  # a budget by name is fixed; "grown-tree" rates each round's
+        if name == "grown-tree":
+            costs = Costs(c=_cost_ratio(target, HeadDrafter(head)), width=_width_cost(target))
+            rated = RatedBudget(costs=costs)
+        return HeadConfidenceTreeDrafter(head, nodes=budget["nodes"], depth=budget["depth"],  # type: ignore[return-value]
+                                         rating=DraftRating(prior_alpha=head_prior(SHIPPED)), budget=rated)
     if name == "head" or name.startswith("head:"):
         from specsample.drafters.head import HeadDrafter
 

@@ -39,6 +39,7 @@ import numpy as np
 from specsample_backends.reference import random_ngram
 
 from specsample import verify_tree
+from specsample.core.metrics import Costs
 from specsample.core.sample import sample
 from specsample.drafters.confidence import RatedBudget, grow_tree, node_path
 from specsample.testing import autoregressive_law
@@ -279,7 +280,8 @@ GROWN_CASES = [  # (nodes, depth, branch, vocab, order, length)
 # A budget whose rating keeps trees of several sizes and shapes, and none after some contexts:
 # a verify whose second position costs a whole forward and each further one a fifth of one,
 # the draft's confidence taken at face value (kappa 1).
-RATED = RatedBudget(c=0.15, width=lambda batch, positions: 1.0 if positions == 1 else 1.8 + 0.2 * positions)
+RATED = RatedBudget(costs=Costs(c=0.15, width=lambda batch, positions: 1.0 if positions == 1 else
+                                1.8 + 0.2 * positions))
 RATED_CASES = [  # (nodes, depth, branch, vocab, order, length)
     (4, 3, 2, 3, 2, 4), (5, 3, 2, 4, 1, 4),
 ]

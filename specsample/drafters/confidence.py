@@ -42,6 +42,7 @@ import numpy as np
 
 from specsample._array import Array, check_int, device, host_array, namespace
 from specsample.core.cache import rollback
+from specsample.core.metrics import Costs
 from specsample.core.protocols import TreeModel, TreeProposal
 from specsample.drafters.head import FeatureHead, HeadDrafter, _needs_features
 from specsample.drafters.model import DraftRating, DraftState, ModelDrafter
@@ -57,6 +58,13 @@ NODES, DEPTH, BRANCH = 8, 4, 2
 Expand = Callable[[Array, Array], Array]
 
 
+def _check_positive(name: str, value: object) -> float:
+    """`value` as a float, or a ValueError naming `name` unless it is a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+    return float(value)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RatedBudget:
     """Sizes each round's grown tree by Thm 3.8 with the verify's cost counted (see the
@@ -69,39 +77,38 @@ class RatedBudget:
     expanded node's mass in one child) would rate better.
 
     Attributes:
-        c: one growth level's cost (a draft forward) over a one-position target forward, >= 0.
-        width: (batch, positions) -> a target forward of that many positions per row over one
-            of one position, at that batch size (measured by a backend).
+        costs: the costs measured on this machine: `c`, one growth level (a draft forward)
+            over a one-position target forward, and `width`, the verify's cost per width
+            (required here).
         kappa: accepted drafts per unit of the draft's path probability before evidence, > 0.
         weight: the prior's weight, in units of predicted drafts, > 0.
     """
 
-    c: float
-    width: Callable[[int, int], float]
+    costs: Costs
     kappa: float = 1.0
     weight: float = 2.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.c, bool) or not isinstance(self.c, (int, float)) or not 0 <= self.c < math.inf:
-            raise ValueError(f"c: expected a finite cost ratio >= 0, got {self.c!r}")
-        if not callable(self.width):
-            raise TypeError(f"width: expected a function (batch, positions) -> cost, got "
-                            f"{type(self.width).__name__}")
-        for name in ("kappa", "weight"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+        if not isinstance(self.costs, Costs) or self.costs.width is None:
+            raise TypeError(f"costs: expected Costs with the verify's cost per width, got {self.costs!r}")
+        _check_positive("kappa", self.kappa)
+        _check_positive("weight", self.weight)
 
     def calibration(self, accepted: float, predicted: float) -> float:
         """kappa after the run's evidence: `accepted` drafts where the draft's path
         probabilities summed to `predicted`."""
         return (accepted + self.kappa * self.weight) / (predicted + self.weight)
 
-    def _rates(self, batch: int, masses: np.ndarray, levels: int, kappa: float, extra: int = 0,
+    def _rates(self, scores: np.ndarray, levels: int, kappa: float, extra: int = 0,
                added: float = 0.0) -> np.ndarray:
-        """Tokens per cost of keeping w = 0..W nodes (`masses[w]`: the rows' mean kept mass),
-        `extra` more positions holding `added` more mass."""
-        cost = np.array([levels * self.c + float(self.width(batch, w + extra + 1))
+        """Tokens per cost of keeping w = 0..M of the nodes of `scores` [B, M] (each row's path
+        probabilities, in decreasing order), with `extra` more positions holding `added` more
+        mass per row."""
+        width = self.costs.width
+        assert width is not None  # checked at construction
+        batch = int(scores.shape[0])
+        masses = np.concatenate([[0.0], np.cumsum(scores.mean(axis=0))])
+        cost = np.array([levels * self.costs.c + float(width(batch, w + extra + 1))
                          for w in range(len(masses))])
         rates: np.ndarray = (1 + kappa * (masses + added)) / cost
         return rates
@@ -109,17 +116,14 @@ class RatedBudget:
     def keep(self, scores: np.ndarray, levels: int, kappa: float) -> int:
         """The node count that rates best for trees of `scores` [B, M] (each row's path
         probabilities, in decreasing order) grown over `levels` levels."""
-        masses = np.concatenate([[0.0], np.cumsum(scores.mean(axis=0))])
-        return int(np.argmax(self._rates(int(scores.shape[0]), masses, levels, kappa)))
+        return int(np.argmax(self._rates(scores, levels, kappa)))
 
     def grow_on(self, scores: np.ndarray, expanded: np.ndarray, levels: int, kappa: float) -> bool:
         """Whether growing a further level over the nodes `expanded` [B, k] (their path
         probabilities) could rate better than the best tree of `scores` [B, M] now."""
-        batch = int(scores.shape[0])
-        masses = np.concatenate([[0.0], np.cumsum(scores.mean(axis=0))])
-        now = float(np.max(self._rates(batch, masses, levels, kappa)))
+        now = float(np.max(self._rates(scores, levels, kappa)))
         added = float(expanded.sum(axis=1).mean())
-        later = self._rates(batch, masses, levels + 1, kappa, extra=int(expanded.shape[1]), added=added)
+        later = self._rates(scores, levels + 1, kappa, extra=int(expanded.shape[1]), added=added)
         return float(np.max(later)) > now
 
 
@@ -130,7 +134,8 @@ class GrownState(DraftState):
     Attributes:
         proposed: each row's committed length when its last tree was grown (host int64
             [B]), or None before the first.
-        mass: each row's last tree's kept path probability (host float64 [B]), or None.
+        mass: each row's last tree's kept path probability (host float64 [B]), or None
+            (before the first, or with no budget: no evidence is kept).
         accepted: drafts accepted in the run's rounds so far.
         predicted: the path probability those rounds' trees kept, summed.
     """
@@ -205,17 +210,16 @@ def grow_tree(root: Array, expand: Expand, *, nodes: int, depth: int, branch: in
 
 
 def _grow(root: Array, expand: Expand, *, nodes: int, depth: int, branch: int, budget: RatedBudget | None,
-          kappa: float | None) -> tuple[TreeProposal, Array]:
-    """`grow_tree`, and each row's kept path probability (float64 [B] on the host)."""
+          kappa: float | None) -> tuple[TreeProposal, np.ndarray | None]:
+    """`grow_tree`, and with a budget each row's kept path probability (float64 [B] on the
+    host; None without one)."""
     check_int("nodes", nodes, 1)
     check_int("depth", depth, 1)
     check_int("branch", branch, 1)
     if budget is not None and not isinstance(budget, RatedBudget):
         raise TypeError(f"budget: expected None or a RatedBudget, got {type(budget).__name__}")
-    if kappa is not None and (isinstance(kappa, bool) or not isinstance(kappa, (int, float))
-                              or not 0 < kappa < math.inf):
-        raise ValueError(f"kappa: expected None or a finite number > 0, got {kappa!r}")
-    calibration = (budget.kappa if budget is not None else 1.0) if kappa is None else float(kappa)
+    prior = budget.kappa if budget is not None else 1.0
+    calibration = prior if kappa is None else _check_positive("kappa", kappa)
     xp = namespace(root)
     if root.ndim != 2:
         raise ValueError(f"root: expected the draft's laws [B, V], got shape {list(root.shape)}")
@@ -258,10 +262,13 @@ def _grow(root: Array, expand: Expand, *, nodes: int, depth: int, branch: int, b
         scores.append(level[1])
         below.append(level[2])
     token_all, score_all, below_all = (xp.concat(a, axis=1) for a in (tokens, scores, below))
-    kept = min(nodes, int(token_all.shape[1]))
-    ordered = -np.sort(-host_array(score_all).astype(np.float64), axis=1)[:, :kept]  # [B, kept]
-    used = kept if budget is None else budget.keep(ordered, levels, calibration)
-    kept = max(used, 1)  # a tree of no node keeps one unused column (sizes 0)
+    kept = used = min(nodes, int(token_all.shape[1]))
+    mass = None
+    if budget is not None:
+        ordered = -np.sort(-host_array(score_all).astype(np.float64), axis=1)[:, :kept]  # [B, kept]
+        used = budget.keep(ordered, levels, calibration)
+        mass = ordered[:, :used].sum(axis=1)
+        kept = max(used, 1)  # a tree of no node keeps one unused column (sizes 0)
     # The most probable paths (a stable sort: among equal ones, the earlier grown), then back
     # in growth order, which is topological.
     best = xp.argsort(-score_all, axis=1, stable=True)[:, :kept]
@@ -277,7 +284,7 @@ def _grow(root: Array, expand: Expand, *, nodes: int, depth: int, branch: int, b
     parents = xp.where(parent_candidate >= 0, position, -1)
     sizes = xp.full((batch,), used, dtype=xp.int64, device=where)
     tree = TreeProposal(tokens=xp.take_along_axis(token_all, chosen, axis=1), parents=parents, sizes=sizes)
-    return tree, ordered[:, :used].sum(axis=1)
+    return tree, mass
 
 
 class ConfidenceTreeDrafter:
@@ -348,7 +355,7 @@ class ConfidenceTreeDrafter:
         kappa = None if self.budget is None else self.budget.calibration(accepted, predicted)
         tree, mass = _grow(confidence_law(logits), expand, nodes=nodes, depth=depth, branch=self.branch,
                            budget=self.budget, kappa=kappa)
-        proposed = host_array(lengths).astype(np.int64)
+        proposed = None if mass is None else host_array(lengths).astype(np.int64)  # evidence a budget reads
         return tree, GrownState(cache=cache, window=state.window, proposed=proposed, mass=mass,
                                 accepted=accepted, predicted=predicted)
 
@@ -361,7 +368,7 @@ class ConfidenceTreeDrafter:
 
     def describe(self) -> dict[str, Any]:
         """The tree's budget, for a card or a report."""
-        rated = {} if self.budget is None else {"rated": True, "c": self.budget.c}
+        rated = {} if self.budget is None else {"rated": True, "c": self.budget.costs.c}
         return {"nodes": self.nodes, "depth": self.depth, "branch": self.branch, **rated}
 
 
