@@ -155,6 +155,18 @@ def test_a_whole_round_graph_refuses_a_head(target, heads) -> None:  # type: ign
         whole.engine(target, HeadDrafter(heads["all ids"]))
 
 
+def test_a_head_that_fuses_tapped_layers_is_refused_by_name() -> None:
+    """The engine's graphs carry the target's top feature alone: a head that fuses a lower
+    layer's output with it (recipe v3) is an error naming its taps, not a wrong draft."""
+    torch.manual_seed(0)
+    target = HFModel(LlamaForCausalLM(LlamaConfig(**TINY)).eval().double())  # tapped below: its own
+    fused = HeadModel(DraftHead(target, taps=(1,)))
+    backend = create_cpu({"buckets": BUCKETS, "dtype": "float64", "compiler": "aot_eager"})
+    with pytest.raises(ValueError, match=r"drafter: the static engine's graphs carry the target's top "
+                                         r"feature alone, got a head that fuses layers \[1\]"):
+        backend.generate(target, HeadDrafter(fused), _ragged()[0], RunOptions(max_new_tokens=4))
+
+
 @pytest.mark.slow
 def test_the_shipped_head_runs_on_smollm2_with_the_eager_greedy_tokens() -> None:
     """The real model and the shipped head (8,192 ids): `load_drafter("head")` on static-cpu,

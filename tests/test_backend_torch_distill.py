@@ -15,6 +15,7 @@ import json
 import pytest
 import torch
 from specsample_backends.torch import HFModel, loading
+from specsample_backends.torch import _distill_data as data_module
 from specsample_backends.torch import _distill_prompts as _prompts
 from specsample_backends.torch import distill as distill_module
 from specsample_backends.torch._distill_prompts import code_snippets, grounded_prompts, open_prompts
@@ -31,12 +32,16 @@ PLAN = DistillPlan(prompts=6, grounded=4, new_tokens=12, batch=3, vocab=512, epo
                    held_out_tokens=4, lr=3e-3)
 
 
-@pytest.fixture(scope="module")
-def tiny() -> HFModel:
+def _tiny() -> HFModel:
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
     return HFModel(LlamaForCausalLM(config).eval())
+
+
+@pytest.fixture(scope="module")
+def tiny() -> HFModel:
+    return _tiny()
 
 
 def test_open_prompts_are_distinct_mixed_and_not_benchmark_prompts() -> None:
@@ -125,7 +130,7 @@ def test_sampling_keeps_the_features_a_full_forward_gives(tiny: HFModel) -> None
     # features kept while sampling are those one forward over the row computes.
     tokenizer = loading.load_tokenizer("smollm2")
     texts = ["Write a poem about the sea.", "Hi"]
-    rows = distill_module._sample(tiny, tokenizer, texts, PLAN, 5, lambda *a: None, "sampling")
+    rows = data_module.sample_rows(tiny, tokenizer, texts, PLAN, 5, lambda *a: None, "sampling")
     prompts = [distill_module.encode_text(tokenizer, t) for t in texts]
     width = max(len(p) for p in prompts)
     ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts])
@@ -239,8 +244,8 @@ def test_a_run_that_changes_only_the_training_reuses_the_samples(tmp_path, tiny:
     longer = dataclasses.replace(V2, epochs=V2.epochs + 1)
     stages: list[str] = []
     sampled = []
-    real = distill_module._sample_batch
-    monkeypatch.setattr(distill_module, "_sample_batch", lambda *a, **k: sampled.append(1) or real(*a, **k))
+    real = data_module._sample_batch
+    monkeypatch.setattr(data_module, "_sample_batch", lambda *a, **k: sampled.append(1) or real(*a, **k))
     card = distill(tiny, tokenizer, longer, tmp_path / "b.safetensors", checkpoint=tmp_path / "run",
                    progress=lambda name, done, total: stages.append(name))
     assert not sampled  # every batch read back from the folder
@@ -263,6 +268,65 @@ def test_bad_v2_plans_are_clear_errors(field: str, value: object, message: str) 
 
 
 def test_prompts_take_the_temperatures_in_turn() -> None:
-    batches = distill_module._batches(7, 2, 3)
+    batches = data_module._batches(7, 2, 3)
     assert batches == [(0, [0, 3]), (2, [6]), (3, [1, 4]), (5, [2, 5])]
-    assert distill_module._batches(5, 2, 1) == [(0, [0, 1]), (2, [2, 3]), (4, [4])]  # v1's batches
+    assert data_module._batches(5, 2, 1) == [(0, [0, 1]), (2, [2, 3]), (4, [4])]  # v1's batches
+
+
+def test_a_v3_run_fuses_its_taps_keeps_them_and_loads_with_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Recipe v3 (v2 reading layer 1's output beside the top feature): the taps pass runs once
+    per checkpoint folder, a run that reads them back writes the head a run without a folder
+    writes, byte for byte, and the head loads with its taps and decodes greedily as plain."""
+    tokenizer = loading.load_tokenizer("smollm2")
+    v3 = dataclasses.replace(V2, taps="1")
+    target = _tiny()  # a v3 head taps its target: not the module's shared one
+    seen: list[str] = []
+    card = distill(target, tokenizer, v3, tmp_path / "a.safetensors", checkpoint=tmp_path / "run",
+                   progress=lambda name, done, total: seen.append(name))
+    assert card["plan"]["taps"] == "1" and target.taps == (1,) and "taps" in seen
+    assert (tmp_path / "run" / "taps-1.pt").is_file()
+    seen.clear()
+    longer = dataclasses.replace(v3, epochs=V2.epochs + 1)
+    again = distill(target, tokenizer, longer, tmp_path / "b.safetensors", checkpoint=tmp_path / "run",
+                    progress=lambda name, done, total: seen.append(name))
+    assert "taps" not in seen  # read back from the folder
+    # Without a folder, on the same target (its kernels timed once) now tapped: the samples'
+    # features are the top feature alone all the same.
+    fresh = distill(target, tokenizer, longer, tmp_path / "c.safetensors")
+    assert (tmp_path / "b.safetensors").read_bytes() == (tmp_path / "c.safetensors").read_bytes()
+    assert again["epoch_losses"] == fresh["epoch_losses"]
+    other = _tiny()
+    head = load_head(tmp_path / "a.safetensors", other)
+    assert head.taps.tolist() == [1] and other.taps == (1,)
+    drafter = loading.load_drafter(f"head:{tmp_path / 'a.safetensors'}", other)
+    ids, greedy = torch.tensor([[1, 2, 3, 4]]), SamplingParams(temperature=0.0)
+    assert torch.equal(generate(other, drafter, ids, max_new_tokens=8, params=greedy, k=2).sequences,
+                       generate_plain(other, ids, max_new_tokens=8, params=greedy).sequences)
+    rows = data_module.sample_rows(other, tokenizer, ["Say hi."], V2, 0, lambda *a: None, "sampling")
+    with pytest.raises(ValueError, match=r"checkpoint: .*taps-1.pt' holds the taps of other samples"):
+        data_module.with_taps(other, rows, (1,), lambda *a: None, tmp_path / "run")
+
+
+def test_with_taps_gives_each_rows_tapped_layers_as_a_forward_over_it() -> None:
+    target = _tiny()
+    tokenizer = loading.load_tokenizer("smollm2")
+    rows = data_module.sample_rows(target, tokenizer, ["Name a colour.", "Count to three, please."], V2, 0,
+                                   lambda *a: None, "sampling")
+    wide = data_module.with_taps(target, rows, (1, 0), lambda *a: None)
+    for (ids, f, n), (same, widened, m) in zip(rows, wide, strict=True):
+        assert torch.equal(ids, same) and torch.equal(n, m) and torch.equal(widened[:, :32], f)
+        _, full, _ = target.forward_features(ids[None], target.new_cache(1, len(ids)))
+        torch.testing.assert_close(widened[:, 32:], full[0, :, 32:], atol=1e-5, rtol=1e-5)
+    assert data_module.with_taps(target, rows, (), lambda *a: None) is rows
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("a", "taps: expected comma-separated distinct layer indices >= 0, got 'a'"),
+    ("-1", "taps: expected comma-separated distinct layer indices"),
+    ("1,1", "taps: expected comma-separated distinct layer indices"),
+])
+def test_bad_taps_in_a_plan_are_clear_errors(value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DistillPlan(taps=value)
+    with pytest.raises(TypeError, match="taps: expected a comma-separated string"):
+        DistillPlan(taps=1)  # type: ignore[arg-type]

@@ -8,7 +8,9 @@ test on the first two tokens), n = 20,000 rows per method, alpha = 1e-4 per test
 false-failure bound); at that n the tests detect TV >= 0.04 (m = 8 outcomes; 2 tau of the
 Weissman bound). Two negative controls report a uniform q: for drafts sampled from the
 head's own law, and for a head tree's deterministic candidates (verified as if drawn from
-it); each moves the output law far beyond that, and the same tests must fail.
+it); each moves the output law far beyond that, and the same tests must fail. A head that
+fuses a lower layer's output with the top feature (EAGLE-3's input) is tested the same way,
+with its own lying control.
 """
 
 from __future__ import annotations
@@ -48,9 +50,9 @@ ROWS = 20_000
 PROMPT = [1, 5, 2, 7, 3]
 
 
-def _tiny(vocab: int = 8, seed: int = 0) -> HFModel:
+def _tiny(vocab: int = 8, seed: int = 0, layers: int = 2) -> HFModel:
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
     return HFModel(LlamaForCausalLM(config).eval().double())
 
@@ -134,11 +136,12 @@ def test_a_head_tree_decodes_greedily_as_plain(target: HFModel, vocab: torch.Ten
     assert spec.metrics.drafted == nodes * spec.metrics.row_rounds
 
 
-def _shaken(target: HFModel, vocab: torch.Tensor | None = None) -> HeadModel:
+def _shaken(target: HFModel, vocab: torch.Tensor | None = None, taps: tuple[int, ...] = ()) -> HeadModel:
     """A head whose every weight is moved off its start (which copies the previous feature), so
-    that a wrong feature, position or mask changes its output."""
+    that a wrong feature, position or mask changes its output (with `taps`, its fuse too: a
+    wrong tapped layer changes it as well)."""
     torch.manual_seed(3)
-    head = DraftHead(target, vocab=vocab)
+    head = DraftHead(target, vocab=vocab, taps=taps)
     with torch.no_grad():
         for parameter in head.parameters():
             parameter.add_(0.2 * torch.randn_like(parameter))
@@ -301,6 +304,9 @@ def _first_tokens(target: HFModel, drafter: Any, length: int) -> np.ndarray:
 
 
 def _drafter(target: HFModel, kind: str) -> Any:
+    if kind.startswith("fused"):  # a shaken head fusing layer 0 with the top feature
+        fused = _shaken(target, torch.tensor([0, 1, 3, 4, 6]), taps=(0,))
+        return _Lying(fused) if kind.endswith("negative-control") else HeadDrafter(fused)
     head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6])))
     if kind == "negative-control":
         return _Lying(head)
@@ -321,10 +327,12 @@ def _drafter(target: HFModel, kind: str) -> Any:
     return HeadDrafter(head)
 
 
-@pytest.mark.parametrize("kind", ["head", "hybrid", "auto", "tree", "grown", "auto-fan-out",
-                                  "negative-control", "tree-negative-control"])
+@pytest.mark.parametrize("kind", ["head", "hybrid", "auto", "tree", "grown", "auto-fan-out", "fused",
+                                  "negative-control", "tree-negative-control", "fused-negative-control"])
 def test_sampled_output_follows_the_target_law(target: HFModel, kind: str) -> None:
     lying = kind.endswith("negative-control")
+    if kind.startswith("fused"):  # a fused head taps its target: its own copy, not the shared one
+        target = _tiny()
     drafter = _drafter(target, kind)
     spec, plain = _first_tokens(target, drafter, 2), _first_tokens(target, None, 2)
     logits, _ = target.forward(torch.tensor([PROMPT]), target.new_cache(1, len(PROMPT)))
@@ -338,11 +346,15 @@ def test_sampled_output_follows_the_target_law(target: HFModel, kind: str) -> No
         assert both.passed, str(both)
 
 
-def test_training_features_are_the_drafting_function(target: HFModel) -> None:
+@pytest.mark.parametrize("taps", [(), (0,)], ids=["top", "fused"])
+def test_training_features_are_the_drafting_function(target: HFModel, taps: tuple[int, ...]) -> None:
     # Teacher forcing with the target's features gives the logits the drafter computes.
-    head = DraftHead(target)
+    target = _tiny() if taps else target  # a fused head taps its target
+    head = DraftHead(target, taps=taps)
     with torch.no_grad():
         head.fc.weight.normal_(0, 0.2)  # not the identity start: a generic head
+        if head.fuse is not None:
+            head.fuse.weight.normal_(0, 0.2)
     x = torch.tensor([[3, 4, 5, 6, 7, 1, 2]])
     _, features, _ = target.forward_features(x, target.new_cache(1, 8))
     previous = torch.cat([torch.zeros_like(features[:, :1]), features[:, :-1]], dim=1)
@@ -354,11 +366,13 @@ def test_training_features_are_the_drafting_function(target: HFModel) -> None:
     torch.testing.assert_close(drafted, trained, atol=1e-6, rtol=0)
 
 
-def test_unrolled_training_steps_are_what_drafting_computes(target: HFModel) -> None:
+@pytest.mark.parametrize("taps", [(), (0,)], ids=["top", "fused"])
+def test_unrolled_training_steps_are_what_drafting_computes(target: HFModel, taps: tuple[int, ...]) -> None:
     # Training-time test: step j at position t must be the feature a draft j + 1 deep computes
     # there, i.e. the head fed the target's features up to t - j and its own after that, one
     # draft step at a time; a wrong mask or a wrong previous feature breaks the equality.
-    model = _shaken(target)
+    target = _tiny() if taps else target  # a fused head taps its target
+    model = _shaken(target, taps=taps)
     head = model.head
     x = torch.tensor([[*PROMPT, 3, 6, 1]])
     width = int(x.shape[1])
@@ -587,3 +601,78 @@ def test_a_head_outside_the_core_round_says_what_the_round_calls(target: HFModel
             drafter.start(ids, lengths, 8)
         with pytest.raises(TypeError, match=f"{name}.advance: .* calls advance_features"):
             drafter.advance(None, lengths)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "generic"])
+def test_tapped_features_carry_the_layers_outputs_after_the_top_feature(fast: bool) -> None:
+    """A tapped target's features are its untapped ones, then each tapped layer's output (the
+    residual stream after it) as transformers' hidden states give it; the logits do not move."""
+    model = _tiny(layers=3)
+    model = model if fast else HFModel(model.module, fast=False)
+    x = torch.tensor([[3, 4, 5, 1], [1, 1, 2, 6]])
+    logits, plain, _ = model.forward_features(x, model.new_cache(2, 4))
+    model.tap((1, 0))
+    again, wide, _ = model.forward_features(x, model.new_cache(2, 4))
+    assert torch.equal(again, logits) and wide.shape == (2, 4, 3 * 32)
+    assert torch.equal(wide[..., :32], plain)
+    with torch.no_grad():
+        states = model.module(input_ids=x, output_hidden_states=True).hidden_states
+    torch.testing.assert_close(wide[..., 32:64], states[2], atol=1e-10, rtol=0)
+    torch.testing.assert_close(wide[..., 64:], states[1], atol=1e-10, rtol=0)
+    _, tree, _ = model.forward_tree_features(x[:, :3], torch.tensor([[-1, 0, 0]] * 2), model.new_cache(2, 4))
+    assert tree.shape == (2, 3, 96)
+
+
+def test_bad_taps_are_clear_errors() -> None:
+    model = _tiny(layers=3)
+    for wrong in ((2,), (-1,), (0, 0), [0], (True,)):
+        with pytest.raises(ValueError, match=r"layers: expected a tuple of distinct layer indices in "
+                                             r"\[0, 2\)"):
+            model.tap(wrong)  # type: ignore[arg-type]
+    model.tap((0,))
+    model.tap(())  # asks for none: leaves layer 0 for the head that tapped it
+    assert model.taps == (0,)
+    with pytest.raises(ValueError, match=r"already carry layers \(0,\) for another head, got \(1,\)"):
+        DraftHead(model, taps=(1,))
+    head = DraftHead(_tiny(layers=3), taps=(1,))
+    with pytest.raises(ValueError, match=r"features: this head fuses the target's layers \[1\] with its top "
+                                         r"feature, expected \[\.\.\., 64\]"):
+        head.fused(torch.zeros(1, 2, 32))
+    with pytest.raises(ValueError, match=r"features: expected the target's features, D = 32 wide"):
+        DraftHead(_tiny(layers=3)).fused(torch.zeros(1, 2, 40))
+
+
+def test_a_fused_head_starts_as_the_head_that_reads_the_top_feature_alone() -> None:
+    """Its fuse starts as "f alone": untrained, it drafts what a head without taps drafts
+    (same tokens, same acceptances), and it takes the top feature of a wider tapped one."""
+    plain, fused = _tiny(), _tiny()
+    ids = torch.tensor([PROMPT, [4, 4, 6, 1, 0]])
+    runs = [generate(model, HeadDrafter(HeadModel(DraftHead(model, taps=taps))), ids, max_new_tokens=16,
+                     params=HOT, k=3, seed=5) for model, taps in ((plain, ()), (fused, (0,)))]
+    assert torch.equal(runs[0].sequences, runs[1].sequences)
+    assert runs[0].metrics.histogram == runs[1].metrics.histogram and runs[0].metrics.accepted > 0
+    assert fused.taps == (0,) and plain.taps == ()
+    # A head without taps on a tapped target (another head tapped it) reads the top feature.
+    again = generate(fused, HeadDrafter(HeadModel(DraftHead(fused))), ids, max_new_tokens=16, params=HOT,
+                     k=3, seed=5)
+    assert torch.equal(again.sequences, runs[0].sequences)
+
+
+@pytest.mark.parametrize("vocab", [None, torch.tensor([0, 2, 3, 5, 7])], ids=["all", "subset"])
+def test_a_fused_head_decodes_greedily_as_plain_and_reloads_with_its_taps(tmp_path, vocab: torch.Tensor | None
+                                                                         ) -> None:  # type: ignore[no-untyped-def]
+    target = _tiny(layers=3)
+    head = _shaken(target, vocab, taps=(1, 0))
+    ids = torch.tensor([[*PROMPT, 0, 0], [4, 4, 6, 1, 0, 2, 5]])  # ragged
+    lengths = torch.tensor([5, 7])
+    plain = generate_plain(target, ids, max_new_tokens=24, params=GREEDY, prompt_lengths=lengths)
+    for drafter in (HeadDrafter(head), HeadConfidenceTreeDrafter(head, nodes=4, depth=3, branch=2),
+                    FeatureHybridDrafter(HeadDrafter(head))):
+        spec = generate(target, drafter, ids, max_new_tokens=24, params=GREEDY, prompt_lengths=lengths, k=3)
+        assert torch.equal(spec.sequences, plain.sequences)
+    save_head(head.head, tmp_path / "f.safetensors", fingerprints(target))
+    other = _tiny(layers=3)
+    loaded = load_head(tmp_path / "f.safetensors", other)
+    assert loaded.taps.tolist() == [1, 0] and other.taps == (1, 0)
+    assert loaded.fuse is not None and head.head.fuse is not None
+    assert torch.equal(loaded.fuse.weight, head.head.fuse.weight)

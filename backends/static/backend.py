@@ -243,6 +243,11 @@ class StaticBackend(CoreBackend):
             pieces = bool(getattr(self.capture, "pieces", False))
             head, stack = None, None if draft is None else _stack("drafter", draft, pieces)
             if isinstance(draft, HeadModel):  # its stack: the head's one layer over the target's
+                if draft.head.fuse is not None:
+                    raise ValueError(f"drafter: the static engine's graphs carry the target's top "
+                                     f"feature alone, got a head that fuses layers "
+                                     f"{draft.head.taps.tolist()} with it (recipe v3): run it on the torch "
+                                     f"backend, or use a head without taps")
                 out, ids = draft.projection
                 head = HeadLinears(fc=draft.head.fc, out=out, ids=ids)
             self._engines[key] = Engine(_stack("target", target, pieces), stack,

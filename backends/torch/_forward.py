@@ -32,20 +32,25 @@ def llama_forward(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Te
 
 
 def llama_features(stack: LlamaStack, tokens: Tensor, positions: Tensor, mask: Tensor,
-                   buffers: tuple[tuple[Tensor, Tensor], ...], slots: Tensor | None = None) -> Tensor:
+                   buffers: tuple[tuple[Tensor, Tensor], ...], slots: Tensor | None = None,
+                   taps: tuple[int, ...] = (), kept: list[Tensor] | None = None) -> Tensor:
     """The features [B, T, D] the output head reads (the final norm's output); see
-    `llama_forward` and `llama_layers` for the arguments."""
+    `llama_forward` and `llama_layers` for the arguments (`taps`, `kept`: `llama_layers`')."""
     x = embed(tokens, stack.embed, stack.embed_scale)  # [B, T, D]
-    x = llama_layers(stack, x, positions, mask, buffers, slots)
+    x = llama_layers(stack, x, positions, mask, buffers, slots, taps, kept)
     return rms_norm(x, stack.norm, stack.eps, stack.norm_offset)
 
 
 def llama_layers(stack: LlamaStack, x: Tensor, positions: Tensor, mask: Tensor,
-                 buffers: tuple[tuple[Tensor, Tensor], ...], slots: Tensor | None = None) -> Tensor:
+                 buffers: tuple[tuple[Tensor, Tensor], ...], slots: Tensor | None = None,
+                 taps: tuple[int, ...] = (), kept: list[Tensor] | None = None) -> Tensor:
     """The stack's decoder layers over inputs x [B, T, D] (no embedding, no final norm); see
     `llama_forward` for the other arguments. `slots` [B, T]: the buffer slots K/V are
     written at, when they are not the positions (a draft tree: positions are depths,
-    slots are consecutive)."""
+    slots are consecutive). `taps`: layer indices whose outputs (the residual stream after
+    the layer) are appended to `kept`, in the order of `taps`."""
+    if taps and kept is None:
+        raise ValueError("kept: expected a list to append the tapped layers' outputs to, got None")
     batch, width = x.shape[0], x.shape[1]
     heads, kv_heads, hd = stack.heads, stack.kv_heads, stack.head_dim
     rep = heads // kv_heads
@@ -58,7 +63,8 @@ def llama_layers(stack: LlamaStack, x: Tensor, positions: Tensor, mask: Tensor,
         batch, 1, rep * width, mask.shape[-1])  # [B, 1, rep*T, C]
     prepared = isinstance(stack.layers[0].q, PreparedLinear)
     span = mask.shape[-1]
-    for layer, (keys, values) in zip(stack.layers, buffers, strict=True):
+    tapped: dict[int, Tensor] = {}
+    for i, (layer, (keys, values)) in enumerate(zip(stack.layers, buffers, strict=True)):
         def write(k: Tensor, v: Tensor, keys: Tensor = keys, values: Tensor = values
                   ) -> tuple[Tensor, Tensor]:
             keys.scatter_(2, index, k)
@@ -84,4 +90,9 @@ def llama_layers(stack: LlamaStack, x: Tensor, positions: Tensor, mask: Tensor,
         x = decoder_layer(x, cos, sin, group_mask, (layer.input_norm, layer.post_norm), linear,
                           write, heads=heads, kv_heads=kv_heads, hd=hd, eps=stack.eps,
                           act=stack.act, norm_offset=stack.norm_offset)
+        if i in taps:
+            tapped[i] = x
+    if taps:
+        assert kept is not None
+        kept.extend(tapped[i] for i in taps)
     return x

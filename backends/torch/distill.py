@@ -6,7 +6,9 @@
    Python function). None of them is a benchmark prompt (`_distill_prompts`).
 2. The forwards that sample also give the target's features f_t and the normaliser of
    its logits at every position (kept; no second pass); the draft vocabulary is the
-   `vocab` tokens most frequent in those sequences, filled up with the lowest ids.
+   `vocab` tokens most frequent in those sequences, filled up with the lowest ids. A
+   head that fuses the target's low and middle layers (`taps`, EAGLE-3) gets their
+   outputs from one more forward over each row (`_distill_data.with_taps`).
 3. The head learns, with teacher forcing on noisy features, f_t from (x_t, f_{t-1}):
    smooth-L1 to the target's feature (in units of the features' std) plus the
    cross-entropy of its draft law against the target's law (temperature 1) on the draft
@@ -28,11 +30,8 @@ thread count give the same head, interrupted or not.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,23 +42,28 @@ from torch import Tensor
 from specsample._array import check_int
 from specsample.api.runner import encode_text
 from specsample.bench.prompts import PROMPTS
-from specsample.core.cache import rollback
 from specsample.core.params import SamplingParams
-from specsample.core.rng import Stream, uniforms
-from specsample.core.sample import sample
-from specsample.core.warp import warp
 from specsample.drafters.head import DistillPlan, HeadDrafter
 from specsample.engine.generate import generate, generate_plain
 
-from ._distill_prompts import grounded_prompts, open_prompts
-from .head import DraftHead, HeadModel, fingerprints, load_head, save_head
+from ._distill_data import (
+    Progress,
+    Row,
+    checkpoint_folder,
+    passage,
+    sample_rows,
+    training_prompts,
+    vocabulary,
+    with_taps,
+)
+from ._distill_prompts import grounded_prompts
+from .head import DraftHead, HeadModel, columns, fingerprints, load_head, save_head
 from .model import HFModel
 
 __all__ = ["FAN_OUT_NODES", "HELD_OUT_TEMPERATURES", "SAVE_EVERY", "distill", "evaluate_fan_out",
            "evaluate_held_out", "held_out", "held_out_alpha", "held_out_fan_out", "held_out_table",
            "training_prompts"]
 
-Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 # The widest fan-out whose held-out hit rate a card records.
 FAN_OUT_NODES = 8
@@ -67,129 +71,27 @@ FAN_OUT_NODES = 8
 SAVE_EVERY = 100
 
 
-def training_prompts(count: int) -> list[str]:
-    """The first `count` open training prompts (topic x instruction)."""
-    return open_prompts(count)
-
-
-def _passage(tokenizer: Any, ids: Sequence[int], limit: int = 600) -> str:
-    """The target's text, cut after its last full sentence within `limit` characters."""
-    text = str(tokenizer.decode(ids, skip_special_tokens=True)).strip()
-    if len(text) <= limit:
-        return text
-    cut = max(text.rfind(end, 0, limit) for end in (". ", ".\n", "! ", "? "))
-    return text[:cut + 1] if cut > limit // 3 else text[:limit]
-
-
-Row = tuple[Tensor, Tensor, Tensor]  # ids [L], features [L, D], log-normaliser of the logits [L]
-
-
-def _batches(count: int, batch: int, groups: int) -> list[tuple[int, list[int]]]:
-    """(first position, prompt indices) of each sampling batch: the prompts in groups by index
-    modulo `groups` (one temperature each), each group cut into batches of `batch`."""
-    order = sorted(range(count), key=lambda i: (i % groups, i))
-    out = []
-    for g in range(groups):
-        members = [i for i in order if i % groups == g]
-        first = order.index(members[0]) if members else 0
-        out += [(first + j, members[j:j + batch]) for j in range(0, len(members), batch)]
-    return out
-
-
-def _sample(target: HFModel, tokenizer: Any, texts: Sequence[str], plan: DistillPlan, seed: int,
-            progress: Progress, stage: str, folder: Path | None = None) -> list[Row]:
-    """Plain sampling of each prompt, batched, keeping what every forward computes anyway:
-    the features and the logits' log-normaliser of each position (no second pass).
-
-    Prompt i is sampled at the plan's i-th temperature in turn. A row holds the prompt and
-    the sampled tokens except the last one, whose features no forward computed. The tokens
-    are those `generate_plain` samples with the same seed. With a `folder`, each batch's rows
-    are written there when it finishes and read back instead of sampled again.
-    """
-    prompts = [encode_text(tokenizer, p) for p in texts]
-    temperatures = plan.sampling_temperatures()
-    rows: list[Row | None] = [None] * len(prompts)
-    for start, members in _batches(len(prompts), plan.batch, len(temperatures)):
-        params = SamplingParams(temperature=temperatures[members[0] % len(temperatures)])
-        saved = None if folder is None else folder / f"{stage.replace(' ', '-')}-{start:06d}.pt"
-        if saved is not None and saved.is_file():
-            got = [(ids, f.float(), n) for ids, f, n in torch.load(saved)]
-        else:
-            got = _sample_batch(target, [prompts[i] for i in members], params, plan.new_tokens,
-                                tokenizer.eos_token_id, seed + start)
-            if saved is not None:  # written whole, then renamed: never a half-written file
-                torch.save(got, saved.with_suffix(".part"))
-                saved.with_suffix(".part").replace(saved)
-        for i, row in zip(members, got, strict=True):
-            rows[i] = row
-        progress(stage, sum(r is not None for r in rows), len(prompts))
-    return [r for r in rows if r is not None]
-
-
-def _sample_batch(target: HFModel, chunk: list[list[int]], params: SamplingParams, new_tokens: int,
-                  eos: int | None, seed: int) -> list[Row]:
-    """One sampling batch of `_sample` (uniforms keyed by `seed`)."""
-    rows: list[Row] = []
-    batch, width = len(chunk), max(len(p) for p in chunk)
-    lengths = torch.tensor([len(p) for p in chunk])
-    ids = torch.tensor([p + [0] * (width - len(p)) for p in chunk])
-    cache = target.new_cache(batch, width + new_tokens)
-    feats: list[list[Tensor]] = [[] for _ in chunk]
-    norms: list[list[Tensor]] = [[] for _ in chunk]
-    tokens = [list(p) for p in chunk]
-    if width > 1:
-        logits, features, cache = target.forward_features(ids[:, :-1], cache)
-        lse = torch.logsumexp(logits.double(), -1).float()
-        for b, p in enumerate(chunk):
-            feats[b].append(features[b, :len(p) - 1])
-            norms[b].append(lse[b, :len(p) - 1])
-    cache = rollback(cache, lengths - 1)
-    done = torch.zeros(batch, dtype=torch.bool)
-    last = ids.gather(1, (lengths - 1)[:, None])
-    for step in range(new_tokens):
-        logits, features, cache = target.forward_features(last, cache)
-        lse = torch.logsumexp(logits.double(), -1).float()
-        u = uniforms(seed, step, batch, 1, stream=Stream.PLAIN, like=last)[:, 0]
-        x = sample(warp(logits[:, 0], params), u, check=False)
-        for b in range(batch):
-            if not done[b]:
-                feats[b].append(features[b])
-                norms[b].append(lse[b])
-                tokens[b].append(int(x[b]))
-        done |= x == eos if eos is not None else done
-        if bool(done.all()):
-            break
-        last = x[:, None]
-    for b in range(batch):
-        length = len(tokens[b]) - 1
-        rows.append((torch.tensor(tokens[b][:length]), torch.cat(feats[b])[:length].clone(),
-                     torch.cat(norms[b])[:length]))
-    return rows
-
-
-def _vocabulary(rows: Sequence[list[int]], size: int, total: int, keep: Sequence[int]) -> Tensor | None:
-    """The `size` most frequent ids in `rows` (ties: the lower id), filled up to `size` with
-    the lowest ids not seen (a byte-pair tokenizer numbers its merges in order, so low ids
-    are common pieces), plus `keep`; None for all."""
-    if size == 0 or size >= total:
-        return None
-    counts = Counter(itertools.chain.from_iterable(rows))
-    ranked = sorted(counts, key=lambda t: (-counts[t], t))[:size]
-    seen = set(ranked)
-    ranked += itertools.islice((t for t in range(total) if t not in seen), size - len(ranked))
-    chosen = set(ranked) | {int(t) for t in keep}
-    return torch.tensor(sorted(chosen), dtype=torch.int64)
+def _noisy(previous: Tensor, width: int, noise: float, scale: float, generator: torch.Generator) -> Tensor:
+    """The target's features with training noise: on f, `noise` times its std over the data
+    (`scale`); on each tapped layer's output (columns past `width`), `noise` times that
+    output's root mean square at its position (the head reads it scaled to unit rms)."""
+    jitter = torch.randn(previous.shape, generator=generator)
+    parts = columns(previous, width)
+    size = [scale] + [p.pow(2).mean(-1, keepdim=True).sqrt() for p in parts[1:]]
+    return torch.cat([p + noise * s * j for p, s, j in zip(parts, size, columns(jitter, width),
+                                                            strict=True)], dim=-1)
 
 
 def _loss(head: DraftHead, batch: list[Row], plan: DistillPlan,
           scale: float, weight: Tensor, generator: torch.Generator) -> Tensor:
     width = max(len(ids) for ids, _, _ in batch)
     ids = torch.stack([F.pad(x, (0, width - len(x))) for x, _, _ in batch])
-    feats = torch.stack([F.pad(f, (0, 0, 0, width - len(f))) for _, f, _ in batch])
+    wide = torch.stack([F.pad(f, (0, 0, 0, width - len(f))) for _, f, _ in batch])
+    feats = wide[..., :head.width]  # f, the final norm's output (wide: then the taps')
     lse = torch.stack([F.pad(n, (0, width - len(n))) for _, _, n in batch])
     valid = torch.stack([torch.arange(width) < len(x) for x, _, _ in batch]).float()
-    previous = torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
-    previous = previous + plan.noise * scale * torch.randn(previous.shape, generator=generator)
+    previous = torch.cat([torch.zeros_like(wide[:, :1]), wide[:, :-1]], dim=1)
+    previous = _noisy(previous, head.width, plan.noise, scale, generator)
     with torch.no_grad():
         p = torch.exp(feats @ weight.T - lse[..., None])  # the target's law on the draft vocabulary
     if plan.unroll == 1:
@@ -218,7 +120,7 @@ def _train(head: DraftHead, data: list[Row], plan: DistillPlan,
     `SAVE_EVERY` steps and at each epoch's end, and start from the state saved there."""
     generator = torch.Generator().manual_seed(plan.seed)
     weight = head.target_stack.head.weight.detach()[head.vocab]  # type: ignore[attr-defined]
-    scale = float(torch.cat([f for _, f, _ in data]).std())
+    scale = float(torch.cat([f[:, :head.width] for _, f, _ in data]).std())
     params = [p for n, p in head.named_parameters()]
     optimiser = torch.optim.AdamW(params, lr=plan.lr, betas=(0.9, 0.95), weight_decay=0.0)
     per_epoch = -(-len(data) // plan.batch_rows)
@@ -350,46 +252,6 @@ def held_out_fan_out(target: HFModel, head: DraftHead, tokenizer: Any, *, new_to
 
 
 # The plan's fields that decide the sampled data (the rest decide the training only).
-SAMPLING_FIELDS = ("prompts", "grounded", "new_tokens", "temperature", "temperatures", "batch", "seed")
-
-
-def _sampling(plan: DistillPlan) -> dict[str, Any]:
-    return {name: getattr(plan, name) for name in SAMPLING_FIELDS}
-
-
-def _checkpoint(folder: str | Path | None, plan: DistillPlan, target: HFModel, *, resume: bool
-                ) -> Path | None:
-    """The checkpoint folder, made if new. One whose samples are another plan's or target's
-    is refused (naming what differs), as is a missing one to `resume`; one whose samples
-    match but whose training state is another plan's keeps the samples and trains anew."""
-    if folder is None:
-        if resume:
-            raise ValueError("checkpoint: expected the folder of the run to resume, got none")
-        return None
-    folder = Path(folder)
-    if resume and not folder.is_dir():
-        raise FileNotFoundError(f"checkpoint: expected the folder of an earlier run to resume, got "
-                                f"{str(folder)!r}, which does not exist")
-    if folder.exists() and not folder.is_dir():
-        raise NotADirectoryError(f"checkpoint: expected a folder, got the file {str(folder)!r}")
-    folder.mkdir(parents=True, exist_ok=True)
-    settings = _sampling(plan)
-    run = {"plan": settings, **fingerprints(target)}
-    record = folder / "run.json"
-    if record.is_file():
-        earlier = json.loads(record.read_text())
-        differ = sorted(k for k in settings if earlier.get("plan", {}).get(k) != settings[k])
-        if earlier.get("target_fingerprint") != run["target_fingerprint"]:
-            differ.append("target")
-        if differ:
-            raise ValueError(f"checkpoint: {str(folder)!r} holds a run with other settings "
-                             f"({', '.join(differ)}); use another folder, or the same settings to "
-                             f"continue it")
-    else:
-        record.write_text(json.dumps(run, indent=2, sort_keys=True) + "\n")
-    return folder
-
-
 def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path, *,
             progress: Progress | None = None, checkpoint: str | Path | None = None,
             resume: bool = False) -> dict[str, Any]:
@@ -410,21 +272,24 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     path = Path(path)
     if path.suffix != ".safetensors":
         raise ValueError(f"path: expected a .safetensors file name, got {str(path)!r}")
-    folder = _checkpoint(checkpoint, plan, target, resume=resume)
+    folder = checkpoint_folder(checkpoint, plan, target, resume=resume)
     report = progress or (lambda stage, done, total: None)
     began = time.perf_counter()
     torch.manual_seed(plan.seed)
     with torch.no_grad():
-        data = _sample(target, tokenizer, training_prompts(plan.prompts), plan, plan.seed, report,
+        data = sample_rows(target, tokenizer, training_prompts(plan.prompts), plan, plan.seed, report,
                        "sampling", folder)
         if plan.grounded:
-            passages = [_passage(tokenizer, ids[len(encode_text(tokenizer, t)):].tolist())
+            passages = [passage(tokenizer, ids[len(encode_text(tokenizer, t)):].tolist())
                         for (ids, _, _), t in zip(data, training_prompts(plan.prompts), strict=True)]
-            data += _sample(target, tokenizer, grounded_prompts(passages, plan.grounded), plan,
+            data += sample_rows(target, tokenizer, grounded_prompts(passages, plan.grounded), plan,
                             plan.seed + len(data), report, "sampling grounded", folder)
     rows = [ids.tolist() for ids, _, _ in data]
     keep = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
-    head = DraftHead(target, vocab=_vocabulary(rows, plan.vocab, target.vocab_size, keep))
+    head = DraftHead(target, vocab=vocabulary(rows, plan.vocab, target.vocab_size, keep),
+                     taps=plan.tap_layers())
+    with torch.no_grad():
+        data = with_taps(target, data, plan.tap_layers(), report, folder)
     losses = _train(head, data, plan, report, folder)
     probe = held_out(target, HeadDrafter(HeadModel(head)), tokenizer, k=plan.k,
                      new_tokens=plan.held_out_tokens)

@@ -85,11 +85,16 @@ class DraftHead(nn.Module):
         target: the target (fast path) whose embeddings, rotary table and output head the
             head reads, frozen.
         vocab: the token ids the draft may propose (None: all).
+        taps: the target's layers whose outputs the head fuses with its top feature (EAGLE-3's
+            low, middle and high features; `HFModel.tap`): the feature it reads at a position
+            the target computed is fuse([f; rms(h_i) for each tap i]), fuse a linear
+            [D * (1 + taps) -> D] that starts as "f alone". () reads f alone (EAGLE-1's input).
     """
 
     vocab: Tensor  # int64 [S]: the ids the draft may propose, sorted
+    taps: Tensor  # int64 [n]: the target's layers fused with f (empty: none)
 
-    def __init__(self, target: HFModel, vocab: Tensor | None = None) -> None:
+    def __init__(self, target: HFModel, vocab: Tensor | None = None, taps: tuple[int, ...] = ()) -> None:
         super().__init__()
         if target.stack is None:
             raise ValueError(f"target: a draft head needs the fast path (a Llama-like target), "
@@ -114,7 +119,35 @@ class DraftHead(nn.Module):
                 branch.weight.zero_()
         self.register_buffer("vocab", _vocab(vocab, target.vocab_size).to(stack.embed.device),
                              persistent=True)
+        target.tap(taps)  # validates them against the target
+        self.register_buffer("taps", torch.tensor(taps, dtype=torch.int64, device=device), persistent=True)
+        self.width = width
+        self.fuse: nn.Linear | None = None
+        if taps:
+            self.fuse = nn.Linear(width * (1 + len(taps)), width, bias=False, dtype=dtype, device=device)
+            with torch.no_grad():  # start from f alone
+                self.fuse.weight.zero_()
+                self.fuse.weight[:, :width].copy_(torch.eye(width, dtype=dtype, device=device))
         self.target_stack = stack  # frozen, not a parameter
+
+    def fused(self, features: Tensor) -> Tensor:
+        """The feature [..., D] the head reads from the target's features [..., D * (1 + k)]
+        (k: the target's taps, `HFModel.tap`): f alone without taps of its own, else its fuse
+        over f and its taps' outputs, each of these scaled to unit root mean square."""
+        taps, width = int(self.taps.numel()), self.width
+        if self.fuse is None:
+            if features.shape[-1] < width or features.shape[-1] % width:
+                raise ValueError(f"features: expected the target's features, D = {width} wide (or D times "
+                                 f"1 + its taps), got {list(features.shape)}")
+            return features[..., :width]
+        if features.shape[-1] != width * (1 + taps):
+            raise ValueError(f"features: this head fuses the target's layers {self.taps.tolist()} with "
+                             f"its top feature, expected [..., {width * (1 + taps)}] (the target tapped "
+                             f"at those layers, HFModel.tap), got {list(features.shape)}")
+        parts = columns(features, width)
+        scaled = [parts[0]] + [p * torch.rsqrt(p.pow(2).mean(-1, keepdim=True) + 1e-6) for p in parts[1:]]
+        out: Tensor = self.fuse(torch.cat(scaled, dim=-1))
+        return out
 
     def stack(self, *, pack: bool) -> LlamaStack:
         """The head's layer as a one-layer LlamaStack over the target's settings."""
@@ -129,9 +162,11 @@ class DraftHead(nn.Module):
 
     def features(self, tokens: Tensor, previous: Tensor) -> Tensor:
         """Training: predicted features [B, T, D] from tokens [B, T] at positions 0..T-1 and
-        the target's features of the positions before them [B, T, D] (causal, autograd on)."""
+        the target's features of the positions before them ([B, T, D], or wider with taps:
+        see `fused`; causal, autograd on)."""
         batch, width = tokens.shape
         stack = self.stack(pack=False)
+        previous = self.fused(previous)
         x = self.fc(torch.cat([embed(tokens, stack.embed, stack.embed_scale), previous], dim=-1))
         positions = torch.arange(width, device=tokens.device).expand(batch, width)
         mask = attention_mask(torch.arange(width, device=tokens.device), positions, stack.window)
@@ -143,7 +178,7 @@ class DraftHead(nn.Module):
         """Training-time test (EAGLE-3): the head's predicted features [B, T, D] after `steps`
         unrolled draft steps, as drafting computes them (autograd on).
 
-        Step 0 is `features` (the target's features of t - 1 as input). Step j reads at
+        Step 0 is `features` (the target's features of t - 1 as input, `fused`). Step j reads at
         position t its own step j - 1 prediction for t - 1, and attends as a j-th draft does:
         the step-0 keys of positions <= t - j (what the target's features gave), then the key
         its own chain wrote at each later step (step i at position t - (j - i)), itself last.
@@ -159,6 +194,7 @@ class DraftHead(nn.Module):
         key_step = torch.arange(steps, device=tokens.device).repeat_interleave(width)  # [S * T]
         key_at = t.repeat(steps)  # [S * T]
         shape = (batch, stack.kv_heads, steps * width, stack.head_dim)
+        previous = self.fused(previous)
         buffers = (previous.new_zeros(shape), previous.new_zeros(shape))
         out: list[Tensor] = []
         for j in range(steps):
@@ -181,6 +217,11 @@ class DraftHead(nn.Module):
             return features @ _head_weight(self.target_stack.head).T
         out = features.new_full((*features.shape[:-1], size), float("-inf"))
         return out.index_copy(-1, rows, features @ _head_weight(self.target_stack.head)[rows].T)
+
+
+def columns(x: Tensor, width: int) -> list[Tensor]:
+    """x [..., n * width] as n tensors [..., width] (views), in order."""
+    return [x[..., i:i + width] for i in range(0, int(x.shape[-1]), width)]
 
 
 def _copy(module: nn.Module) -> nn.Linear:
@@ -265,11 +306,13 @@ class HeadModel:
         return Cache(lengths=lengths, capacity=capacity, buffers=(kv, feats, known))
 
     def with_features(self, cache: Cache, features: Tensor, first: Tensor, known: Tensor) -> Cache:
-        """Write the target's features [B, W, D] at positions first[b] + j; mark < known[b]."""
+        """Write the target's features [B, W, D] (wider with taps: written `DraftHead.fused`)
+        at positions first[b] + j; mark < known[b]."""
         check_live(cache)
         kv, feats, old = cache.buffers
         width = int(features.shape[1])
         with torch.inference_mode():
+            features = self.head.fused(features.to(feats.dtype))
             at = (first[:, None] + self._slots[:width]).clamp(max=cache.capacity - 1)
             feats.scatter_(1, at[:, :, None].expand(-1, -1, feats.shape[2]), features.to(feats.dtype))
             old.copy_(known)
@@ -461,6 +504,8 @@ def load_head(path: str | Path, target: HFModel) -> DraftHead:
                          f"{' (in bfloat16)' if half else ''}: a head drafts only for the target it was "
                          f"trained on")
     weights = load_file(str(path))
-    head = DraftHead(target, vocab=weights["vocab"])
+    # A head written before heads could fuse taps has none.
+    taps = weights.setdefault("taps", torch.zeros(0, dtype=torch.int64))
+    head = DraftHead(target, vocab=weights["vocab"], taps=tuple(int(i) for i in taps.tolist()))
     head.load_state_dict(weights)
     return head

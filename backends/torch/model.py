@@ -120,6 +120,7 @@ class HFModel:
         self.own_vocab = int(hf_config(model).vocab_size)
         self.vocab = self.own_vocab if vocab_size is None else int(vocab_size)
         self._slots = torch.arange(1 << 16, device=self.device)  # key positions, sliced to C
+        self.taps: tuple[int, ...] = ()  # layers whose outputs the features carry too (`tap`)
         # Which kernel the decoder linears use for 1 to 3 rows, and the timings behind it
         # (`kernels.choose_small_rows`: measured on this machine once per module).
         self.small_rows: tuple[frozenset[int], dict[str, float]] = (frozenset(SMALL_ROWS), {})
@@ -161,7 +162,33 @@ class HFModel:
         other = copy.copy(self)
         other.stack = self.stack.derive(num_layers=num_layers, linear=linear)
         other.layers = len(other.stack.layers)
+        other.taps = ()
         return other
+
+    def tap(self, layers: tuple[int, ...]) -> None:
+        """Make the features (`forward_features` and the other feature forwards) carry, after
+        the final norm's output, the outputs of these decoder layers (the residual stream after
+        each, in this order): [B, T, D * (1 + len(layers))]. A draft head that fuses the
+        target's low and middle layers with its top one (EAGLE-3) reads them; a head that
+        reads the top one alone takes the first D columns. () asks for none (and leaves any
+        set for another head).
+
+        Raises:
+            ValueError: `layers` not distinct layer indices of this model, or other taps already
+                set (two heads fusing different layers cannot share one target).
+        """
+        if not isinstance(layers, tuple) or len(set(layers)) != len(layers) or any(
+                isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.layers - 1
+                for i in layers):
+            raise ValueError(f"layers: expected a tuple of distinct layer indices in [0, {self.layers - 1}) "
+                             f"(the last layer's output is the final norm's input, already carried), "
+                             f"got {layers!r}")
+        if not layers:
+            return
+        if self.taps and self.taps != layers:
+            raise ValueError(f"layers: this target's features already carry layers {self.taps} for "
+                             f"another head, got {layers}: load the second head on its own target")
+        self.taps = layers
 
     def new_cache(self, batch: int, capacity: int) -> Cache:
         """An empty cache: per layer K and V [batch, H_kv, capacity, hd], lengths 0."""
@@ -211,7 +238,7 @@ class HFModel:
     def forward_features(self, tokens: Tensor, cache: Cache) -> tuple[Tensor, Tensor, Cache]:
         """`forward`, also returning the features [B, T, D] the output head reads (the final
         norm's output, in the model dtype) from the same pass; a feature-level draft head
-        reads them."""
+        reads them. With `tap`ped layers, [B, T, D * (1 + taps)]: their outputs follow."""
         logits, features, cache = self._run(tokens, cache, features=True)
         assert features is not None
         return logits, features, cache
@@ -312,15 +339,17 @@ class HFModel:
             else:
                 positions, mask = tree_mask(cache.lengths, parents, self._slots[:span])
             logits: Tensor | None
+            kept: list[Tensor] = []
             if self.stack is None:
-                logits, hidden = self._generic(tokens, positions, mask, cache.buffers, features, slots)
+                logits, hidden = self._generic(tokens, positions, mask, cache.buffers, features, slots, kept)
                 if select is NO_LOGITS:
                     logits = None
                 elif isinstance(select, Tensor):
                     logits = logits[torch.arange(tokens.shape[0], device=self.device), select]
             else:
                 hidden = llama_features(self.stack, tokens, positions, mask, cache.buffers,
-                                        None if parents is None else slots)
+                                        None if parents is None else slots,
+                                        self.taps if features else (), kept)
                 if select is None:
                     logits = self.stack.head(hidden)
                 elif isinstance(select, Tensor):  # [B, 1, D] -> [B, V]
@@ -331,10 +360,13 @@ class HFModel:
             if logits is not None:
                 logits = self._resize(logits if logits.dtype == torch.float64 else logits.float())
             lengths = cache.lengths + width
+            if features and kept:
+                assert hidden is not None
+                hidden = torch.cat([hidden, *kept], dim=-1)
         return logits, hidden if features else None, consume(cache, lengths=lengths, buffers=cache.buffers)
 
     def _generic(self, tokens: Tensor, positions: Tensor, mask: Tensor, buffers: Buffers,
-                 features: bool, slots: Tensor) -> tuple[Tensor, Tensor | None]:
+                 features: bool, slots: Tensor, kept: list[Tensor]) -> tuple[Tensor, Tensor | None]:
         batch, width = tokens.shape
         index = slots[:, None, :, None].expand(batch, self.kv_heads, width, self.head_dim)
         # Additive, so that eager attention (mask added to the scores) and SDPA agree.
@@ -344,7 +376,10 @@ class HFModel:
                           cache=_PositionCache(buffers, index), use_cache=True,
                           output_hidden_states=features)
         logits: Tensor = out.logits  # [B, T, V]
-        # The last hidden state is the final norm's output, the one the head reads.
+        # The last hidden state is the final norm's output, the one the head reads; entry
+        # i + 1 is layer i's output (entry 0 the embedding).
+        if features:
+            kept.extend(out.hidden_states[i + 1] for i in self.taps)
         return logits, out.hidden_states[-1] if features else None
 
     def _resize(self, logits: Tensor) -> Tensor:

@@ -31,8 +31,8 @@ def add_parser(sub: Any) -> None:
     for field in dataclasses.fields(DistillPlan):
         kind = type(getattr(DistillPlan(), field.name))
         parser.add_argument(f"--{field.name.replace('_', '-')}", dest=f"plan_{field.name}", type=kind,
-                            default=None, help=f"(v1 {getattr(RECIPES['v1'], field.name)!r}, "
-                                               f"v2 {getattr(RECIPES['v2'], field.name)!r})")
+                            default=None, help="(" + ", ".join(f"{name} {getattr(recipe, field.name)!r}"
+                                                               for name, recipe in RECIPES.items()) + ")")
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="a folder that keeps the sampled data and the training state as the run "
                              "goes; a run given the folder of an interrupted one continues it")
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {Path(out).with_suffix('.json')}")
         return 0
     bars, units = Bars("distill: "), {"sampling": "prompt", "sampling grounded": "prompt",
-                                      "target features": "row"}
+                                      "target features": "row", "taps": "row"}
     stage: dict[str, int] = {}  # stage -> steps shown so far
 
     def progress(name: str, done: int, total: int) -> None:

@@ -187,6 +187,9 @@ class DistillPlan:
         unroll: training-time test (EAGLE-3): the head is unrolled this many draft steps on
             its own predicted features, with the attention drafting sees; step j's
             cross-entropy weighs unroll_weight ** j. 1: teacher forcing only.
+        taps: "" (the head reads the target's top feature alone), or comma-separated indices
+            of the target's layers whose outputs the head fuses with it (EAGLE-3's low and
+            middle features, e.g. "2,15"); the samples are the same either way.
         k, held_out_tokens: the held-out acceptance probe.
         seed: every random choice.
     """
@@ -206,6 +209,7 @@ class DistillPlan:
     noise: float = 0.05
     unroll: int = 1
     unroll_weight: float = 0.8
+    taps: str = ""
     k: int = 4
     held_out_tokens: int = 64
     seed: int = 0
@@ -218,6 +222,7 @@ class DistillPlan:
                 not 0 < self.unroll_weight <= 1:
             raise ValueError(f"unroll_weight: expected a number in (0, 1], got {self.unroll_weight!r}")
         self.sampling_temperatures()  # validates
+        self.tap_layers()  # validates
         check_int("vocab", self.vocab, 0)
         check_int("grounded", self.grounded, 0)
         check_int("seed", self.seed, 0)
@@ -228,6 +233,21 @@ class DistillPlan:
                     (positive and value == 0):
                 raise ValueError(f"{name}: expected a number {'> 0' if positive else '>= 0'}, "
                                  f"got {value!r}")
+
+    def tap_layers(self) -> tuple[int, ...]:
+        """The target's layers the head fuses with its top feature (() for none)."""
+        if not isinstance(self.taps, str):
+            raise TypeError(f"taps: expected a comma-separated string, got {self.taps!r}")
+        if not self.taps.strip():
+            return ()
+        wrong = f"taps: expected comma-separated distinct layer indices >= 0, got {self.taps!r}"
+        try:
+            layers = tuple(int(x) for x in self.taps.split(","))
+        except ValueError as err:
+            raise ValueError(wrong) from err
+        if any(i < 0 for i in layers) or len(set(layers)) != len(layers):
+            raise ValueError(wrong)
+        return layers
 
     def sampling_temperatures(self) -> tuple[float, ...]:
         """The temperatures the prompts are sampled at, in turn."""
@@ -245,10 +265,14 @@ class DistillPlan:
         return values
 
 
-# The shipped heads' recipes: v1 (EAGLE-1: feature regression and cross-entropy, teacher forcing),
-# v2 (EAGLE-3: tokens only, three unrolled draft steps, data at three temperatures).
+# The heads' recipes: v1 (EAGLE-1: feature regression and cross-entropy, teacher forcing),
+# v2 (EAGLE-3's training: tokens only, three unrolled draft steps, data at three
+# temperatures), v3 (v2 reading EAGLE-3's fused features: a low, a middle and the top layer
+# of the 30-layer SmolLM2-135M).
+_V2 = DistillPlan(temperatures="0,0.7,1", feature_weight=0.0, logit_weight=1.0, unroll=3, epochs=4,
+                  new_tokens=128)
 RECIPES = {
     "v1": DistillPlan(),
-    "v2": DistillPlan(temperatures="0,0.7,1", feature_weight=0.0, logit_weight=1.0, unroll=3,
-                      epochs=4, new_tokens=128),
+    "v2": _V2,
+    "v3": dataclasses.replace(_V2, taps="2,15"),
 }
