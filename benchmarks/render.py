@@ -319,6 +319,8 @@ def others(root: Path) -> Lines:
 
 
 HEADS = Path("backends/torch/heads")
+# Cards of heads trained and measured but not shipped (their weights are not committed).
+TRIED = RESULTS / "heads"
 
 
 def _recipe(plan: Mapping[str, Any]) -> str:
@@ -336,13 +338,15 @@ def _recipe(plan: Mapping[str, Any]) -> str:
 
 def heads(root: Path) -> Lines:
     """The held-out acceptance of each shipped draft head, from its card (`specsample distill`
-    writes it; `specsample distill --evaluate --out FILE` measures it for an existing head)."""
-    cards = sorted((root / HEADS).glob("*.json"))
+    writes it; `specsample distill --evaluate --out FILE` measures it for an existing head),
+    then of each head tried and not shipped (its card in `TRIED`)."""
+    cards = sorted((root / HEADS).glob("*.json")) + sorted((root / TRIED).glob("*.json"))
     lines = ["## Held-out acceptance of the draft heads", "",
              "Chain drafting of K tokens a round (K from the head's plan) on the benchmark prompts, "
              "which no head was trained on, seed 0; tokens per round (emitted per target forward), "
              "alpha, and the acceptance of the draft at each depth given the earlier ones, by "
-             f"prompt kind. From the heads' cards in `{HEADS}`.", ""]
+             f"prompt kind. From the heads' cards in `{HEADS}`; a head marked *not shipped* was "
+             f"trained and measured, its card kept in `{TRIED}`.", ""]
     if not cards:
         return [*lines, f"No head cards in `{HEADS}`.", ""]
     rows = []
@@ -350,16 +354,18 @@ def heads(root: Path) -> Lines:
         card = _load(path) or {}
         plan = card.get("plan", {})
         recipe = (f"{_recipe(plan)}: unroll {plan.get('unroll', 1)}, feature weight "
-                  f"{plan.get('feature_weight')}, {card.get('training_tokens', '?')} tokens")
+                  f"{plan.get('feature_weight')}, {card.get('training_tokens', '?')} tokens"
+                  f"{', taps ' + plan['taps'] if plan.get('taps') else ''}, {plan.get('epochs', '?')} epochs")
+        name = f"`{path.stem}`" + (" (not shipped)" if path.parent == root / TRIED else "")
         table = card.get("held_out_by_temperature")
         if not isinstance(table, dict):
-            rows.append([f"`{path.stem}`", recipe, "-", "-", "not measured: `specsample distill --evaluate "
+            rows.append([name, recipe, "-", "-", "not measured: `specsample distill --evaluate "
                          f"--out {HEADS / path.stem}.safetensors`", "-", "-"])
             continue
         for temperature, probe in table.items():
             for kind in ("open", "grounded", "all"):
                 depth = probe.get("depth", {}).get(kind, [])
-                rows.append([f"`{path.stem}`", recipe, temperature, kind,
+                rows.append([name, recipe, temperature, kind,
                              _fmt(probe.get("tokens_per_round", {}).get(kind), ".2f"),
                              _fmt(probe.get("alpha", {}).get(kind), ".3f"),
                              " / ".join(f"{x:.2f}" for x in depth) or "-"])

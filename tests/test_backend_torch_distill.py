@@ -330,3 +330,12 @@ def test_bad_taps_in_a_plan_are_clear_errors(value: str, message: str) -> None:
         DistillPlan(taps=value)
     with pytest.raises(TypeError, match="taps: expected a comma-separated string"):
         DistillPlan(taps=1)  # type: ignore[arg-type]
+
+
+def test_taps_the_target_lacks_are_refused_before_any_sampling(tmp_path, tiny: HFModel) -> None:  # type: ignore[no-untyped-def]
+    stages: list[str] = []
+    with pytest.raises(ValueError, match=r"plan: taps '2' name layers this target lacks: expected indices in "
+                                         r"\[0, 2\), got \(2,\)"):
+        distill(tiny, loading.load_tokenizer("smollm2"), dataclasses.replace(V2, taps="2"),
+                tmp_path / "h.safetensors", progress=lambda name, done, total: stages.append(name))
+    assert not stages and tiny.taps == ()

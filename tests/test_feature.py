@@ -632,7 +632,8 @@ def test_bad_taps_are_clear_errors() -> None:
     model.tap((0,))
     model.tap(())  # asks for none: leaves layer 0 for the head that tapped it
     assert model.taps == (0,)
-    with pytest.raises(ValueError, match=r"already carry layers \(0,\) for another head, got \(1,\)"):
+    with pytest.raises(ValueError, match=r"taps: layers: this target's features already carry layers \(0,\) "
+                                         r"for another head, got \(1,\)"):
         DraftHead(model, taps=(1,))
     head = DraftHead(_tiny(layers=3), taps=(1,))
     with pytest.raises(ValueError, match=r"features: this head fuses the target's layers \[1\] with its top "

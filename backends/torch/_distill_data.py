@@ -223,11 +223,14 @@ def with_taps(target: HFModel, rows: list[Row], taps: tuple[int, ...], progress:
             longest = max(len(ids) for ids in chunk)
             # Padded at the end: a causal forward's earlier positions do not see it.
             batch = torch.stack([torch.nn.functional.pad(ids, (0, longest - len(ids))) for ids in chunk])
-            _, features, _ = target.forward_features(batch.to(target.device),
-                                                     target.new_cache(len(chunk), longest))
+            # No logits: the features alone.
+            _, features, _ = target.forward_select(batch.to(target.device),
+                                                   target.new_cache(len(chunk), longest), None, features=True)
+            assert features is not None
             kept += [features[b, :len(ids), width:].float().cpu().clone() for b, ids in enumerate(chunk)]
             progress("taps", len(kept), len(rows))
         if saved is not None:  # written whole, then renamed: never a half-written file
             torch.save(kept, saved.with_suffix(".part"))
             saved.with_suffix(".part").replace(saved)
-    return [(ids, torch.cat([f, k], dim=-1), n) for (ids, f, n), k in zip(rows, kept, strict=True)]
+    return [(ids, torch.cat([f, k.to(f.device)], dim=-1), n)
+            for (ids, f, n), k in zip(rows, kept, strict=True)]

@@ -251,7 +251,6 @@ def held_out_fan_out(target: HFModel, head: DraftHead, tokenizer: Any, *, new_to
             for tag in counts}
 
 
-# The plan's fields that decide the sampled data (the rest decide the training only).
 def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path, *,
             progress: Progress | None = None, checkpoint: str | Path | None = None,
             resume: bool = False) -> dict[str, Any]:
@@ -272,6 +271,10 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     path = Path(path)
     if path.suffix != ".safetensors":
         raise ValueError(f"path: expected a .safetensors file name, got {str(path)!r}")
+    taps = plan.tap_layers()
+    if any(i >= target.layers - 1 for i in taps):  # before any sampling, not after it
+        raise ValueError(f"plan: taps {plan.taps!r} name layers this target lacks: expected indices in "
+                         f"[0, {target.layers - 1}), got {taps}")
     folder = checkpoint_folder(checkpoint, plan, target, resume=resume)
     report = progress or (lambda stage, done, total: None)
     began = time.perf_counter()

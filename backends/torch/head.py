@@ -119,7 +119,10 @@ class DraftHead(nn.Module):
                 branch.weight.zero_()
         self.register_buffer("vocab", _vocab(vocab, target.vocab_size).to(stack.embed.device),
                              persistent=True)
-        target.tap(taps)  # validates them against the target
+        try:
+            target.tap(taps)  # validates them against the target
+        except ValueError as err:
+            raise ValueError(f"taps: {err}") from err
         self.register_buffer("taps", torch.tensor(taps, dtype=torch.int64, device=device), persistent=True)
         self.width = width
         self.fuse: nn.Linear | None = None
@@ -145,7 +148,9 @@ class DraftHead(nn.Module):
                              f"its top feature, expected [..., {width * (1 + taps)}] (the target tapped "
                              f"at those layers, HFModel.tap), got {list(features.shape)}")
         parts = columns(features, width)
-        scaled = [parts[0]] + [p * torch.rsqrt(p.pow(2).mean(-1, keepdim=True) + 1e-6) for p in parts[1:]]
+        # In float32, as the target's own norms: a half-precision square may overflow.
+        scaled = [parts[0]] + [(p.float() * torch.rsqrt(p.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+                                ).to(p.dtype) for p in parts[1:]]
         out: Tensor = self.fuse(torch.cat(scaled, dim=-1))
         return out
 
