@@ -272,9 +272,11 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     if path.suffix != ".safetensors":
         raise ValueError(f"path: expected a .safetensors file name, got {str(path)!r}")
     taps = plan.tap_layers()
-    if any(i >= target.layers - 1 for i in taps):  # before any sampling, not after it
+    try:  # before any sampling, not after it
+        target.check_taps(taps)
+    except ValueError as err:
         raise ValueError(f"plan: taps {plan.taps!r} name layers this target lacks: expected indices in "
-                         f"[0, {target.layers - 1}), got {taps}")
+                         f"[0, {target.layers - 1}), got {taps}") from err
     folder = checkpoint_folder(checkpoint, plan, target, resume=resume)
     report = progress or (lambda stage, done, total: None)
     began = time.perf_counter()
@@ -290,9 +292,9 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     rows = [ids.tolist() for ids, _, _ in data]
     keep = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
     head = DraftHead(target, vocab=vocabulary(rows, plan.vocab, target.vocab_size, keep),
-                     taps=plan.tap_layers())
+                     taps=taps)
     with torch.no_grad():
-        data = with_taps(target, data, plan.tap_layers(), report, folder)
+        data = with_taps(target, data, taps, report, folder)
     losses = _train(head, data, plan, report, folder)
     probe = held_out(target, HeadDrafter(HeadModel(head)), tokenizer, k=plan.k,
                      new_tokens=plan.held_out_tokens)

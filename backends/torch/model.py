@@ -165,6 +165,15 @@ class HFModel:
         other.taps = ()
         return other
 
+    def check_taps(self, layers: tuple[int, ...]) -> None:
+        """Raise ValueError unless `layers` are distinct indices of layers this model can tap."""
+        if not isinstance(layers, tuple) or len(set(layers)) != len(layers) or any(
+                isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.layers - 1
+                for i in layers):
+            raise ValueError(f"layers: expected a tuple of distinct layer indices in [0, {self.layers - 1}) "
+                             f"(the last layer's output is the final norm's input, already carried), "
+                             f"got {layers!r}")
+
     def tap(self, layers: tuple[int, ...]) -> None:
         """Make the features (`forward_features` and the other feature forwards) carry, after
         the final norm's output, the outputs of these decoder layers (the residual stream after
@@ -177,12 +186,7 @@ class HFModel:
             ValueError: `layers` not distinct layer indices of this model, or other taps already
                 set (two heads fusing different layers cannot share one target).
         """
-        if not isinstance(layers, tuple) or len(set(layers)) != len(layers) or any(
-                isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.layers - 1
-                for i in layers):
-            raise ValueError(f"layers: expected a tuple of distinct layer indices in [0, {self.layers - 1}) "
-                             f"(the last layer's output is the final norm's input, already carried), "
-                             f"got {layers!r}")
+        self.check_taps(layers)
         if not layers:
             return
         if self.taps and self.taps != layers:
