@@ -214,7 +214,7 @@ SOURCES = (
            recorded=_models_recorded),
     Source(file="batch.json", title="Batch sizes: `specsample bench batch`",
            command="specsample bench batch --json benchmarks/results/batch.json",
-           about="Greedy speculative against plain decoding at batch 1, 8 and 32 (8 ragged prompts; "
+           about="Greedy speculative against plain decoding at batch 1, 2, 8 and 32 (8 ragged prompts; "
                  "batch 32 holds each four times). A batched row must equal its prompt alone.",
            render=render_batch, expected={"max_new_tokens": 64, "repeats": 3}, recorded=_batch_recorded),
     Source(file="core.json", title="The core alone: `specsample bench core`",

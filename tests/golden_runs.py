@@ -6,8 +6,10 @@ new token ids of every row. `tests/data/golden_tokens.json` holds them as record
 code cannot change one sampled token. `auto` rates its drafters by costs measured at load
 (timings), so its runs fix those costs (`fixed_costs`) to make the choice reproducible.
 
-Re-record (only when a change is meant to alter tokens, and say why in the commit):
-    python -m tests.golden_runs
+Re-record (only when a change is meant to alter tokens, and say why in the commit), all
+runs or the named ones:
+    python -m tests.golden_runs [NAME ...]
+An int8 draft's ids are kept per CPU kernel family (`kernel_family`).
 """
 
 from __future__ import annotations
@@ -99,13 +101,50 @@ def run(name: str) -> list[list[int]]:
     return [generation.new_tokens(row) for row in range(len(prompts))]
 
 
-def main() -> int:
-    """Record every run into `GOLDEN`."""
-    recorded = {name: run(name) for name in RUNS}
+def kernel_family(name: str) -> str | None:
+    """For a run whose draft is int8, the CPU's kernel family (torch's CPU capability, such
+    as "AVX2" or "AVX512") its recording is kept under; None for every other run.
+
+    fbgemm's int8 kernels differ by instruction set (AVX2 adds pairs of int8 products in
+    saturating 16-bit lanes, AVX-512 VNNI in 32-bit ones), so the int8 draft's probabilities,
+    and with them which drafts are accepted, differ between such hosts: the output's law is
+    the target's on both, but a pinned token sequence is one family's."""
+    if RUNS[name][0].get("draft") != "int8":
+        return None
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def recorded(name: str, recording: dict[str, Any]) -> list[list[int]]:
+    """Run `name`'s recorded ids in `recording` (for an int8 draft, this host's family's)."""
+    kept = recording[name]
+    family = kernel_family(name)
+    if family is None:
+        return list(kept)
+    if family not in kept:
+        raise LookupError(f"{name}: no recording for int8 kernels of CPU capability {family!r} (recorded: "
+                          f"{sorted(kept)}); record it with `python -m tests.golden_runs {name}`")
+    return list(kept[family])
+
+
+def main(names: list[str]) -> int:
+    """Record the runs `names` (all when empty) into `GOLDEN`, keeping the others' ids."""
+    unknown = sorted(set(names) - set(RUNS))
+    if unknown:
+        sys.stderr.write(f"unknown runs {unknown}; known: {sorted(RUNS)}\n")
+        return 2
+    recorded = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    for name in names or list(RUNS):
+        family = kernel_family(name)
+        if family is None:
+            recorded[name] = run(name)
+        else:
+            recorded[name] = {**recorded.get(name, {}), family: run(name)}
     GOLDEN.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
-    sys.stderr.write(f"recorded {len(recorded)} runs in {GOLDEN}\n")
+    sys.stderr.write(f"recorded {len(names or RUNS)} runs in {GOLDEN}\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -140,7 +140,8 @@ def test_generate_streams_text_and_metrics(capsys: pytest.CaptureFixture[str]) -
 def test_the_demo_batch_drafts_as_the_python_api_does(capsys: pytest.CaptureFixture[str]) -> None:
     """The demo's streamed ragged batch runs the rounds `Runner.generate` runs on the same
     prompts and seed: the same tokens and the same mean K, so it speculates whenever the
-    Python API does (with `auto`'s load-time costs fixed, as the golden runs fix them)."""
+    Python API does (with `auto`'s load-time costs fixed, as the golden runs fix them), and
+    the API speculates for it."""
     import specsample
     from specsample.cli._demo import MODEL_K, STREAMED, demo_config
     from specsample.cli._generate import generate_text
@@ -151,7 +152,10 @@ def test_the_demo_batch_drafts_as_the_python_api_does(capsys: pytest.CaptureFixt
     api = runner.generate(list(STREAMED), max_new_tokens=48)
     assert generate_text(runner, list(STREAMED), 48, stream=True) == 0
     out = capsys.readouterr().out
-    assert api.metrics.mean_k > 0  # the API drafts for this batch
+    # The API drafts for this batch in most rounds: two level rows whose drafts each pay on
+    # average (`specsample.engine.ratings.rounds_to_finish`), though one round rarely
+    # moves both.
+    assert api.metrics.mean_k >= 0.5 and api.metrics.rounds < 48, api.metrics.as_dict()
     assert f"mean K {api.metrics.mean_k:.2f}" in out, out
     assert f"acceptance rate {api.metrics.acceptance_rate:.3f}" in out
     assert api.texts[1] in out  # the second row, printed after the stream

@@ -33,7 +33,7 @@ def rss_mib() -> float:
 
 
 def batch(runner: Runner, *, max_new_tokens: int = 64, prompts: Sequence[str] = BATCH_PROMPTS,
-          sizes: Sequence[int] = (1, 8, 32), repeats: int = 3,
+          sizes: Sequence[int] = (1, 2, 8, 32), repeats: int = 3,
           progress: Progress = NO_PROGRESS) -> dict[str, Any]:
     """Greedy, speculative against plain decoding at each batch size in `sizes`.
 

@@ -37,8 +37,8 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser("bench", help="benchmarks (JSON results)")
     parser.add_argument("what", nargs="?", default="models", choices=list(USED),
                         help="'models': end-to-end against peers (default); 'core': verify and warp alone; "
-                             "'batch': greedy, speculative vs plain at batch 1, 8 and 32; 'memory': a long "
-                             "generation; 'greedy': speculative vs plain greedy on 22 prompts; 'tree': "
+                             "'batch': greedy, speculative vs plain at batch 1, 2, 8 and 32; 'memory': a "
+                             "long generation; 'greedy': speculative vs plain greedy on 22 prompts; 'tree': "
                              "suffix trees by node budget vs prompt lookup and plain decoding on the "
                              "grounded prompts, and the verify cost curve; 'verifiers': token-wise vs "
                              "block verification, accepted drafts per round")

@@ -6,13 +6,14 @@ call soonest (`batch_width`). Pure functions of rates and costs; `auto` decides 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from specsample._array import check_int
 from specsample.core.metrics import expected_tokens_per_round
 
-__all__ = ["batch_width", "fastest_fan_out", "fastest_k"]
+__all__ = ["batch_width", "fastest_fan_out", "fastest_k", "rounds_to_finish"]
 
 
 def fastest_k(alpha: float, c: float, width_cost: Callable[[int], float], k_max: int
@@ -103,20 +104,24 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
 
     A round is as wide as its widest row: one row that drafts K makes the target verify
     K + 1 positions of every row, which in a full batch costs several plain steps. And a
-    call ends when its last row does, so what a round is worth is how far it moves the row
-    with the most tokens left, not how many tokens all rows commit: a round in which every
-    row but one accepts its drafts brings the end no nearer. With R the most tokens any
-    active row has left, a round of width w moves the end by G = R - max_b (r_b - e_b),
-    r_b the row's tokens left and e_b = 1 + its accepted drafts (each of its min(L_b, w)
-    drafts accepted in turn with probability alpha(L_b), independently across rows):
-    P(G >= g) = prod_b P(e_b >= r_b - R + g). Each candidate width (0, a plain step, a
-    row's own length, or a power of two below the longest) is rated by E[G] over its cost
-    in plain steps of the same batch,
-    `round_cost(batch, w)` (1 at w = 0); the best wins (the wider on a tie). For one row,
-    E[G] is Thm 3.8's expected tokens per round, so at batch 1 this is Thm 3.8 with the
-    verify's cost measured at each width.
+    call ends when its last row does, so a round is worth how far it brings that end
+    nearer, not how many tokens all rows commit. Each candidate width w (0, a plain step,
+    a row's own length, or a power of two below the longest) is rated, per plain step of
+    the same batch (`round_cost(batch, w)`, 1 at w = 0), by the better of two plans that
+    begin with it (the wider on a tie):
 
-    Args:
+    - this round alone: with R the most tokens any active row has left, the round moves
+      the end by G = R - max_b (r_b - e_b), r_b the row's tokens left and e_b = 1 + its
+      accepted drafts (each of its min(L_b, w) drafts accepted in turn with probability
+      alpha(L_b), independently across rows): P(G >= g) = prod_b P(e_b >= r_b - R + g).
+      For one row E[G] is Thm 3.8's expected tokens per round, so at batch 1 this is
+      Thm 3.8 with the verify's cost measured at each width.
+    - this width to the end (`rounds_to_finish`): R over the expected rounds until every
+      row is done. Rows that start level gain little from one round (all of them must
+      accept for the end to move), but over many rounds the rows' leads even out, and the
+      call ends about when the average row does.
+
+        Args:
         lengths: the active rows' wanted draft lengths, each >= 0.
         remaining: the active rows' tokens left before their stop, each >= 1, in the
             order of `lengths`.
@@ -163,8 +168,70 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
         cost = 1.0 if width == 0 else float(round_cost(batch, width))
         if not cost > 0:
             raise ValueError(f"round_cost: expected a positive cost, got {cost!r} at width {width}")
+        if len(lengths) > 1 and width > 0:
+            drafts = [min(n, width) for n in lengths]
+            gain = max(gain, most / rounds_to_finish(drafts, rates, remaining))
         return gain / cost
 
     longest = max(lengths)
     halves = {1 << i for i in range(longest.bit_length()) if 1 << i < longest}
     return max(sorted({0, *lengths, *halves}), key=lambda w: (speed(w), w))
+
+
+def rounds_to_finish(drafts: Sequence[int], rates: Sequence[float], remaining: Sequence[int]) -> float:
+    """The expected rounds until the last of a batch's rows is done, when every round
+    drafts `drafts[b]` tokens for row b, each accepted in turn with probability `rates[b]`,
+    and row b has `remaining[b]` tokens left.
+
+    A row's tokens a round, e = 1 + its accepted drafts, have mean mu and variance s^2, so
+    by renewal theory the rounds it needs for r tokens are about normal with mean
+    (r - 1 + overshoot) / mu and variance r s^2 / mu^3 (a row that never drafts, or always
+    accepts, needs exactly ceil(r / mu)). The expected largest of independent rows' rounds,
+    E[max_b T_b] = lo + integral from lo of (1 - prod_b P(T_b <= t)) dt, is integrated
+    numerically (Simpson's rule) from lo, the point below which the latest row is almost
+    surely not done.
+
+    Args:
+        drafts: each row's drafts a round, >= 0.
+        rates: each row's per-draft acceptance, in [0, 1].
+        remaining: each row's tokens left, >= 1.
+    """
+    if not drafts or len(rates) != len(drafts) or len(remaining) != len(drafts):
+        raise ValueError(f"drafts, rates, remaining: expected equally long non-empty lists, got "
+                         f"{len(drafts)}, {len(rates)}, {len(remaining)}")
+    means, spreads = [], []
+    for n, rate, left in zip(drafts, rates, remaining, strict=True):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"drafts: expected ints >= 0, got {list(drafts)!r}")
+        if not 0 <= rate <= 1:
+            raise ValueError(f"rates: expected rates in [0, 1], got {list(rates)!r}")
+        if isinstance(left, bool) or not isinstance(left, int) or left < 1:
+            raise ValueError(f"remaining: expected ints >= 1, got {list(remaining)!r}")
+        chances = [rate ** i for i in range(n + 1)]  # P(e >= i + 1)
+        mu = sum(chances)
+        second = sum((2 * i + 1) * p for i, p in enumerate(chances))  # E[e^2]
+        variance = max(0.0, second - mu * mu)
+        if variance == 0:  # e = mu every round
+            means.append(float(math.ceil(left / mu)))
+            spreads.append(0.0)
+            continue
+        # Done once its tokens pass left - 1; the expected overshoot of a lattice renewal
+        # process past a level is (E[e^2] + mu) / (2 mu).
+        means.append((left - 1 + (second + mu) / (2 * mu)) / mu)
+        spreads.append(math.sqrt(left * variance / mu ** 3))
+    lo = max(0.0, *(m - 8 * s for m, s in zip(means, spreads, strict=True)))
+    hi = max(m + 8 * s for m, s in zip(means, spreads, strict=True))
+    random_rows = [(m, s) for m, s in zip(means, spreads, strict=True) if s > 0]
+    if hi - lo <= 1e-12 or not random_rows:
+        return max(means)
+
+    def late(t: float) -> float:  # P(max_b T_b > t)
+        done = 1.0
+        for m, s in random_rows:
+            done *= 0.5 * (1 + math.erf((t - m) / (s * math.sqrt(2))))
+        return 1 - done
+
+    steps = 128  # even, for Simpson's rule
+    h = (hi - lo) / steps
+    total = late(lo) + late(hi) + sum((4 if i % 2 else 2) * late(lo + i * h) for i in range(1, steps))
+    return lo + total * h / 3
