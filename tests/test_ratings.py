@@ -224,3 +224,16 @@ def test_bad_fan_out_inputs_are_clear_errors(args: tuple, error: type, match: st
 def test_fastest_k_rejects_bad_input(args: tuple[object, ...], error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         fastest_k(*args)  # type: ignore[arg-type]
+
+
+def test_a_fan_out_row_accepts_one_draft_in_the_plan_to_the_end() -> None:
+    # Two level rows wanting 2 at 0.5, every width costing 1.5 plain steps: as chains, 2 drafts
+    # to the end make about 1.7 tokens a round (pays); as two siblings each (depth 1), at most
+    # one is accepted, about 1.45 a round (does not), and one round alone never pays.
+    chains = 48 / rounds_to_finish([2, 2], [0.5, 0.5], [48, 48])
+    siblings = 48 / rounds_to_finish([1, 1], [0.5, 0.5], [48, 48])
+    assert siblings < 1.5 < chains
+    assert batch_width([2, 2], [48, 48], 2, 0.5, lambda b, w: 1.5) == 2
+    assert batch_width([2, 2], [48, 48], 2, 0.5, lambda b, w: 1.5, depths=[1, 1]) == 0
+    with pytest.raises(ValueError, match=r"depths: expected 2 ints >= 0 \(one per row of lengths\), got \[1"):
+        batch_width([2, 2], [48, 48], 2, 0.5, lambda b, w: 1.5, depths=[1])

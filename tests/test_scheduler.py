@@ -45,6 +45,19 @@ def test_a_rounds_width_reads_the_runs_evidence_by_kind_and_length() -> None:
     assert gate.width([3], [40], [False], 1, held) == 0
 
 
+def test_a_fan_out_rows_siblings_count_as_one_draft_in_a_batch() -> None:
+    """Two level rows wanting a head's 2 siblings at hit rate 0.5, the round costing 1.55 plain
+    steps (a 1.45 verify and the head's step): the siblings make at most 1 + 0.5 tokens a round
+    (about 1.44 a round to the end), so no plan pays; the same rows as 2-draft copies (chains,
+    about 1.65 a round, no head step) are worth drafting to the end."""
+    cost = lambda b, w: 1.45  # noqa: E731
+    metrics = Metrics(accepted_at=(0, 0, 500), trials_at=(0, 0, 1000),
+                      copied_accepted_at=(0, 0, 500), copied_trials_at=(0, 0, 1000))
+    fanned = Scheduler(cost_ratio=0.1, width_cost=cost, fan_out=2)
+    assert fanned.width([2, 2], [48, 48], [False, False], 2, metrics) == 0
+    assert fanned.width([2, 2], [48, 48], [True, True], 2, metrics) == 2  # copies: chains, no model step
+
+
 # -- the model's choice and --explain ---------------------------------------------------------------
 
 

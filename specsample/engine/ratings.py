@@ -98,7 +98,7 @@ def _cost_at(width_cost: Callable[[int], float], positions: int) -> float:
 
 def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
                 alpha: float | Sequence[float] | Callable[[int], float],
-                round_cost: Callable[[int, int], float]) -> int:
+                round_cost: Callable[[int, int], float], *, depths: Sequence[int] | None = None) -> int:
     """The drafts per row for a round of `batch` rows that Thm 3.8's acceptance model
     predicts to finish the call soonest.
 
@@ -131,6 +131,9 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
             drafter's short and long proposals, such as prompt lookup's one draft after a
             short match and K after a long one, differ in acceptance).
         round_cost: (batch, drafts per row) -> the round's cost in plain steps at that batch.
+        depths: the most drafts each row's round can accept, in the order of `lengths`
+            (a fan-out's siblings: 1, whatever their number); None: each row's length. The
+            plan to the end counts them; the one-round plan rates a row's drafts as a chain.
     """
     check_int("batch", batch, 1)
     if not lengths or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in lengths):
@@ -152,6 +155,12 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
     for n, rate in zip(lengths, rates, strict=True):
         if not 0 <= rate <= 1:
             raise ValueError(f"alpha: expected a rate in [0, 1], got {rate!r} at {n} drafts")
+    if depths is None:
+        depths = lengths
+    elif len(depths) != len(lengths) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0
+                                            for d in depths):
+        raise ValueError(f"depths: expected {len(lengths)} ints >= 0 (one per row of lengths), got "
+                         f"{list(depths)!r}")
     most = max(remaining)
 
     def at_least(emitted: int, rate: float, drafts: int) -> float:
@@ -169,7 +178,7 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
         if not cost > 0:
             raise ValueError(f"round_cost: expected a positive cost, got {cost!r} at width {width}")
         if len(lengths) > 1 and width > 0:
-            drafts = [min(n, width) for n in lengths]
+            drafts = [min(n, width, deep) for n, deep in zip(lengths, depths, strict=True)]
             gain = max(gain, most / rounds_to_finish(drafts, rates, remaining))
         return gain / cost
 

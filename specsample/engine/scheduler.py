@@ -175,11 +175,14 @@ class Scheduler:
         rates = [metrics.alpha_at(n, WIDTH_PRIOR.alpha, WIDTH_PRIOR.weight, copied=bool(copied and copied[i]))
                  if n >= 1 else 0.0 for i, n in enumerate(wanted)]
         every_copy = copied is not None and all(copied[i] for i, n in enumerate(wanted) if n >= 1)
+        # A fan-out row's siblings are one draft position: at most one of them is accepted.
+        depths = [1 if self.fan_out and n >= 1 and not (copied and copied[i]) else n
+                  for i, n in enumerate(wanted)]
 
         def cost(rows: int, drafts: int) -> float:
             return self.round_cost(rows, drafts, modelled=not every_copy)
 
-        return batch_width(list(wanted), list(left), batch, rates, cost)
+        return batch_width(list(wanted), list(left), batch, rates, cost, depths=depths)
 
     def describe(self, k: int) -> str:
         """What the auto drafter does at K = k, and why, in one paragraph."""
