@@ -39,10 +39,21 @@ def test_rounds_to_finish_matches_a_simulation(drafts: list[int], rates: list[fl
     # approximation's own error (under 2.5% here) room, and a model off by a tenth fails.
     simulated = _simulated_rounds(drafts, rates, remaining, 3000)
     assert rounds_to_finish(drafts, rates, remaining) == pytest.approx(simulated, rel=0.04)
-    assert rounds_to_finish(drafts, rates, remaining) * 1.1 != pytest.approx(simulated, rel=0.04)
+
+
+def test_rounds_to_finish_sees_what_a_naive_mean_misses() -> None:
+    """Negative control for the tolerance above: eight level rows' naive r / mu (22.9 rounds),
+    which ignores the spread of the rows (the call waits for the slowest), is more than 4%
+    off the simulated mean; the renewal approximation is within it."""
+    simulated = _simulated_rounds([1] * 8, [0.4] * 8, [32] * 8, 3000)
+    naive = 32 / 1.4
+    assert naive != pytest.approx(simulated, rel=0.04)
+    assert rounds_to_finish([1] * 8, [0.4] * 8, [32] * 8) == pytest.approx(simulated, rel=0.04)
 
 
 def test_rounds_to_finish_exact_cases_and_bad_input() -> None:
+    assert rounds_to_finish([4], [0.9], [1]) == 1  # never below the fewest rounds possible
+    assert rounds_to_finish([4, 4], [0.9, 0.9], [3, 2]) >= 1
     assert rounds_to_finish([0, 0], [0.5, 0.5], [7, 9]) == 9  # plain steps: one token a round
     assert rounds_to_finish([2, 3], [1.0, 1.0], [9, 9]) == 3  # always accepted: ceil(r / (n + 1))
     with pytest.raises(ValueError, match="drafts, rates, remaining: expected equally long"):
@@ -63,6 +74,8 @@ def test_level_rows_draft_where_each_gains_on_average() -> None:
     assert batch_width([1, 1], [48, 48], 2, 0.3, lambda b, w: 1.12) == 1
     # One of them never drafting: the other's drafts cannot bring the end nearer.
     assert batch_width([1, 0], [48, 48], 2, 0.3, lambda b, w: 1.12) == 0
+    # Every row one token from its stop: no plan gains from drafts.
+    assert batch_width([4, 4], [1, 1], 2, 0.9, lambda b, w: 1 + 0.1 * w) == 0
 
 
 def test_batch_width_rates_a_round_by_how_far_it_moves_the_calls_end() -> None:

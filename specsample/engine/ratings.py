@@ -5,6 +5,7 @@ call soonest (`batch_width`). Pure functions of rates and costs; `auto` decides 
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -117,11 +118,12 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
       For one row E[G] is Thm 3.8's expected tokens per round, so at batch 1 this is
       Thm 3.8 with the verify's cost measured at each width.
     - this width to the end (`rounds_to_finish`): R over the expected rounds until every
-      row is done. Rows that start level gain little from one round (all of them must
-      accept for the end to move), but over many rounds the rows' leads even out, and the
-      call ends about when the average row does.
+      row is done; rated only where one round cannot end the call (R > w + 1), since its
+      approximation is for rows with several rounds to go. Rows that start level gain
+      little from one round (all of them must accept for the end to move), but over many
+      rounds the rows' leads even out, and the call ends about when the average row does.
 
-        Args:
+    Args:
         lengths: the active rows' wanted draft lengths, each >= 0.
         remaining: the active rows' tokens left before their stop, each >= 1, in the
             order of `lengths`.
@@ -177,7 +179,7 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
         cost = 1.0 if width == 0 else float(round_cost(batch, width))
         if not cost > 0:
             raise ValueError(f"round_cost: expected a positive cost, got {cost!r} at width {width}")
-        if len(lengths) > 1 and width > 0:
+        if len(lengths) > 1 and 0 < width < most - 1:  # one round cannot end the call
             drafts = [min(n, width, deep) for n, deep in zip(lengths, depths, strict=True)]
             gain = max(gain, most / rounds_to_finish(drafts, rates, remaining))
         return gain / cost
@@ -198,7 +200,7 @@ def rounds_to_finish(drafts: Sequence[int], rates: Sequence[float], remaining: S
     accepts, needs exactly ceil(r / mu)). The expected largest of independent rows' rounds,
     E[max_b T_b] = lo + integral from lo of (1 - prod_b P(T_b <= t)) dt, is integrated
     numerically (Simpson's rule) from lo, the point below which the latest row is almost
-    surely not done.
+    surely not done; never below the fewest rounds possible, max_b ceil(r_b / (n_b + 1)).
 
     Args:
         drafts: each row's drafts a round, >= 0.
@@ -228,19 +230,22 @@ def rounds_to_finish(drafts: Sequence[int], rates: Sequence[float], remaining: S
         # process past a level is (E[e^2] + mu) / (2 mu).
         means.append((left - 1 + (second + mu) / (2 * mu)) / mu)
         spreads.append(math.sqrt(left * variance / mu ** 3))
+    # No row is done before every draft of every round could have carried it there.
+    fewest = max(math.ceil(left / (n + 1)) for n, left in zip(drafts, remaining, strict=True))
     lo = max(0.0, *(m - 8 * s for m, s in zip(means, spreads, strict=True)))
     hi = max(m + 8 * s for m, s in zip(means, spreads, strict=True))
-    random_rows = [(m, s) for m, s in zip(means, spreads, strict=True) if s > 0]
+    # Level rows share a law: each distinct one counted once, its CDF raised to its count.
+    random_rows = collections.Counter((m, s) for m, s in zip(means, spreads, strict=True) if s > 0)
     if hi - lo <= 1e-12 or not random_rows:
-        return max(means)
+        return max(fewest, max(means))
 
     def late(t: float) -> float:  # P(max_b T_b > t)
         done = 1.0
-        for m, s in random_rows:
-            done *= 0.5 * (1 + math.erf((t - m) / (s * math.sqrt(2))))
+        for (m, s), count in random_rows.items():
+            done *= (0.5 * (1 + math.erf((t - m) / (s * math.sqrt(2))))) ** count
         return 1 - done
 
     steps = 128  # even, for Simpson's rule
     h = (hi - lo) / steps
     total = late(lo) + late(hi) + sum((4 if i % 2 else 2) * late(lo + i * h) for i in range(1, steps))
-    return lo + total * h / 3
+    return max(float(fewest), lo + total * h / 3)
