@@ -239,14 +239,28 @@ def test_fastest_k_rejects_bad_input(args: tuple[object, ...], error: type, matc
         fastest_k(*args)  # type: ignore[arg-type]
 
 
-def test_a_fan_out_row_accepts_one_draft_in_the_plan_to_the_end() -> None:
+def test_a_fan_out_rows_siblings_gain_one_token_at_most() -> None:
     # Two level rows wanting 2 at 0.5, every width costing 1.5 plain steps: as chains, 2 drafts
-    # to the end make about 1.7 tokens a round (pays); as two siblings each (depth 1), at most
-    # one is accepted, about 1.45 a round (does not), and one round alone never pays.
+    # to the end make about 1.65 tokens a round (pays); as two siblings each, at most one is
+    # accepted, about 1.44 a round (does not), and one round alone never pays.
     chains = 48 / rounds_to_finish([2, 2], [0.5, 0.5], [48, 48])
     siblings = 48 / rounds_to_finish([1, 1], [0.5, 0.5], [48, 48])
     assert siblings < 1.5 < chains
     assert batch_width([2, 2], [48, 48], 2, 0.5, lambda b, w: 1.5) == 2
-    assert batch_width([2, 2], [48, 48], 2, 0.5, lambda b, w: 1.5, depths=[1, 1]) == 0
-    with pytest.raises(ValueError, match=r"depths: expected 2 ints >= 0 \(one per row of lengths\), got \[1"):
-        batch_width([2, 2], [48, 48], 2, 0.5, lambda b, w: 1.5, depths=[1])
+    assert batch_width([2, 2], [48, 48], 2, 0.5, lambda b, w: 1.5, siblings=[True, True]) == 0
+    # One row: siblings at hit rate 0.5 make 1 + 0.5 tokens a round (a chain 1.75), and a
+    # round narrower than the fan-out is no use to them.
+    assert batch_width([2], [48], 1, 0.5, lambda b, w: 1.6) == 2
+    assert batch_width([2], [48], 1, 0.5, lambda b, w: 1.6, siblings=[True]) == 0
+    assert batch_width([2], [48], 1, 0.5, lambda b, w: 1.45, siblings=[True]) == 2
+    assert batch_width([2], [48], 1, 0.5, lambda b, w: {1: 1.0}.get(w, 1.45), siblings=[True]) == 2
+    # Narrowed to one of its two siblings, a row's rate is scaled (here by 0.8, as a head's
+    # held-out hits[0] / hits[1] would): 1 + 0.4 tokens at 1.2 beats 1 + 0.5 at 1.45.
+    costs = {1: 1.2, 2: 1.45}.__getitem__
+    assert batch_width([2], [48], 1, 0.5, lambda b, w: costs(w), siblings=[True],
+                       narrowed=lambda m, j: 0.8) == 1
+    assert batch_width([2], [48], 1, 0.5, lambda b, w: costs(w), siblings=[True]) == 2
+    with pytest.raises(ValueError, match=r"narrowed: expected a factor in \[0, 1\], got 1.5 for 1 of 2"):
+        batch_width([2], [48], 1, 0.5, lambda b, w: costs(w), siblings=[True], narrowed=lambda m, j: 1.5)
+    with pytest.raises(ValueError, match=r"siblings: expected 2 bools \(one per row of lengths\)"):
+        batch_width([2, 2], [48, 48], 2, 0.5, lambda b, w: 1.5, siblings=[True])

@@ -56,6 +56,14 @@ def test_a_fan_out_rows_siblings_count_as_one_draft_in_a_batch() -> None:
     fanned = Scheduler(cost_ratio=0.1, width_cost=cost, fan_out=2)
     assert fanned.width([2, 2], [48, 48], [False, False], 2, metrics) == 0
     assert fanned.width([2, 2], [48, 48], [True, True], 2, metrics) == 2  # copies: chains, no model step
+    # With the head's held-out hit rates, one sibling of two is rated at 0.5 * 0.45 / 0.5.
+    one = Scheduler(cost_ratio=0.1, width_cost=lambda b, w: {2: 1.0}.get(w, 1.45), fan_out=2,
+                    hits=(0.45, 0.5))
+    assert one.width([2], [48], [False], 1, metrics) == 1  # 1.45 tokens for 1.1 plain steps
+    assert Scheduler(cost_ratio=0.1, width_cost=lambda b, w: {2: 1.0}.get(w, 1.45),
+                     fan_out=2).width([2], [48], [False], 1, metrics) == 0  # no hit rates: no use
+    with pytest.raises(ValueError, match=r"hits: expected None or hit rates in \(0, 1\], got \(0.4, 1.2\)"):
+        Scheduler(cost_ratio=0.1, fan_out=2, hits=(0.4, 1.2))
 
 
 # -- the model's choice and --explain ---------------------------------------------------------------

@@ -99,7 +99,8 @@ def _cost_at(width_cost: Callable[[int], float], positions: int) -> float:
 
 def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
                 alpha: float | Sequence[float] | Callable[[int], float],
-                round_cost: Callable[[int, int], float], *, depths: Sequence[int] | None = None) -> int:
+                round_cost: Callable[[int, int], float], *, siblings: Sequence[bool] | None = None,
+                narrowed: Callable[[int, int], float] | None = None) -> int:
     """The drafts per row for a round of `batch` rows that Thm 3.8's acceptance model
     predicts to finish the call soonest.
 
@@ -114,7 +115,8 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
     - this round alone: with R the most tokens any active row has left, the round moves
       the end by G = R - max_b (r_b - e_b), r_b the row's tokens left and e_b = 1 + its
       accepted drafts (each of its min(L_b, w) drafts accepted in turn with probability
-      alpha(L_b), independently across rows): P(G >= g) = prod_b P(e_b >= r_b - R + g).
+      alpha(L_b), independently across rows; but see `siblings`):
+      P(G >= g) = prod_b P(e_b >= r_b - R + g).
       For one row E[G] is Thm 3.8's expected tokens per round, so at batch 1 this is
       Thm 3.8 with the verify's cost measured at each width.
     - this width to the end (`rounds_to_finish`): R over the expected rounds until every
@@ -133,9 +135,13 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
             drafter's short and long proposals, such as prompt lookup's one draft after a
             short match and K after a long one, differ in acceptance).
         round_cost: (batch, drafts per row) -> the round's cost in plain steps at that batch.
-        depths: the most drafts each row's round can accept, in the order of `lengths`
-            (a fan-out's siblings: 1, whatever their number); None: each row's length. The
-            plan to the end counts them; the one-round plan rates a row's drafts as a chain.
+        siblings: per row (in the order of `lengths`), whether its drafts are siblings
+            (a head's fan-out: the m likeliest next tokens, one draft position): it gains
+            at most one token from them. None: every row's drafts are a chain.
+        narrowed: for `siblings` rows in a round narrower than their m: (m, j) -> the
+            factor on the row's rate for its j < m siblings (fewer candidates hold the
+            target's token less often than its record of m says; e.g. a head's held-out
+            hits[j - 1] / hits[m - 1]). None: such a round counts none of them.
     """
     check_int("batch", batch, 1)
     if not lengths or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in lengths):
@@ -157,31 +163,45 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
     for n, rate in zip(lengths, rates, strict=True):
         if not 0 <= rate <= 1:
             raise ValueError(f"alpha: expected a rate in [0, 1], got {rate!r} at {n} drafts")
-    if depths is None:
-        depths = lengths
-    elif len(depths) != len(lengths) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0
-                                            for d in depths):
-        raise ValueError(f"depths: expected {len(lengths)} ints >= 0 (one per row of lengths), got "
-                         f"{list(depths)!r}")
+    if siblings is None:
+        siblings = [False] * len(lengths)
+    elif len(siblings) != len(lengths) or any(not isinstance(f, bool) for f in siblings):
+        raise ValueError(f"siblings: expected {len(lengths)} bools (one per row of lengths), got "
+                         f"{list(siblings)!r}")
     most = max(remaining)
+
+    def drafts_at(width: int) -> tuple[list[int], list[float]]:
+        """Each row's drafts that a round of `width` can accept in turn, and their rate."""
+        drafts, at = [], []
+        for n, fan, rate in zip(lengths, siblings, rates, strict=True):
+            if not fan or n <= width:
+                drafts.append(min(n, 1) if fan else min(n, width))
+                at.append(rate)
+                continue
+            factor = 0.0 if narrowed is None or width < 1 else float(narrowed(n, width))
+            if not 0 <= factor <= 1:
+                raise ValueError(f"narrowed: expected a factor in [0, 1], got {factor!r} for {width} of "
+                                 f"{n} siblings")
+            drafts.append(1 if factor > 0 else 0)
+            at.append(rate * factor)
+        return drafts, at
 
     def at_least(emitted: int, rate: float, drafts: int) -> float:
         """P(e >= emitted) for a row accepting each draft at `rate` and verifying `drafts`."""
         return 1.0 if emitted <= 1 else rate ** (emitted - 1) if emitted <= drafts + 1 else 0.0
 
     def speed(width: int) -> float:
-        gain = 0.0
+        gain, (drafts, at) = 0.0, drafts_at(width)
         for g in range(1, min(most, width + 1) + 1):
             chance = 1.0
-            for n, rate, left in zip(lengths, rates, remaining, strict=True):
-                chance *= at_least(left - most + g, rate, min(n, width))
+            for n, rate, left in zip(drafts, at, remaining, strict=True):
+                chance *= at_least(left - most + g, rate, n)
             gain += chance
         cost = 1.0 if width == 0 else float(round_cost(batch, width))
         if not cost > 0:
             raise ValueError(f"round_cost: expected a positive cost, got {cost!r} at width {width}")
         if len(lengths) > 1 and 0 < width < most - 1:  # one round cannot end the call
-            drafts = [min(n, width, deep) for n, deep in zip(lengths, depths, strict=True)]
-            gain = max(gain, most / rounds_to_finish(drafts, rates, remaining))
+            gain = max(gain, most / rounds_to_finish(drafts, at, remaining))
         return gain / cost
 
     longest = max(lengths)

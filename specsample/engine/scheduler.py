@@ -92,12 +92,16 @@ class Scheduler:
             rates K drafts above a plain step.
         fan_out: 0 (the model drafts a chain) or m >= 1 (its m likeliest next tokens as
             siblings, one draft step a round; a row's evidence is then one trial a round).
+        hits: None, or a fan-out's held-out hit rates, hits[j - 1] with j candidates (a
+            head's card): a round narrower than m rates a row's j < m siblings at its
+            record scaled by hits[j - 1] / hits[m - 1]; without them, such a round counts
+            none of its siblings.
         choice: how `choose` picked the model, if it did.
     """
 
     def __init__(self, *, cost_ratio: float, prior: Prior = PRIOR,
                  width_cost: Callable[[int, int], float] | None = None, fan_out: int = 0,
-                 choice: Choice | None = None) -> None:
+                 hits: Sequence[float] | None = None, choice: Choice | None = None) -> None:
         if isinstance(cost_ratio, bool) or not isinstance(cost_ratio, (int, float)) or \
                 not 0 <= cost_ratio < 1e6:
             raise ValueError(f"cost_ratio: expected a finite number >= 0, got {cost_ratio!r}")
@@ -108,6 +112,10 @@ class Scheduler:
                             f"{type(width_cost).__name__}")
         self.cost_ratio, self.prior, self.width_cost = float(cost_ratio), prior, width_cost
         self.fan_out = check_int("fan_out", fan_out, 0)
+        if hits is not None and (isinstance(hits, (str, bytes)) or not isinstance(hits, Sequence) or any(
+                isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 < h <= 1 for h in hits)):
+            raise ValueError(f"hits: expected None or hit rates in (0, 1], got {hits!r}")
+        self.hits = None if hits is None else tuple(float(h) for h in hits)
         self.choice = choice
 
     def hybrid(self, model: ModelDrafter) -> HybridDrafter:
@@ -175,14 +183,16 @@ class Scheduler:
         rates = [metrics.alpha_at(n, WIDTH_PRIOR.alpha, WIDTH_PRIOR.weight, copied=bool(copied and copied[i]))
                  if n >= 1 else 0.0 for i, n in enumerate(wanted)]
         every_copy = copied is not None and all(copied[i] for i, n in enumerate(wanted) if n >= 1)
-        # A fan-out row's siblings are one draft position: at most one of them is accepted.
-        depths = [1 if self.fan_out and n >= 1 and not (copied and copied[i]) else n
-                  for i, n in enumerate(wanted)]
+        # A fan-out's model rows propose siblings (copies are chains): at most one is accepted.
+        siblings = [bool(self.fan_out) and n >= 1 and not (copied and copied[i])
+                    for i, n in enumerate(wanted)]
 
         def cost(rows: int, drafts: int) -> float:
             return self.round_cost(rows, drafts, modelled=not every_copy)
 
-        return batch_width(list(wanted), list(left), batch, rates, cost, depths=depths)
+        hits = self.hits
+        narrowed = None if hits is None else lambda m, j: hits[j - 1] / hits[m - 1] if m <= len(hits) else 0.0
+        return batch_width(list(wanted), list(left), batch, rates, cost, siblings=siblings, narrowed=narrowed)
 
     def describe(self, k: int) -> str:
         """What the auto drafter does at K = k, and why, in one paragraph."""
@@ -309,7 +319,7 @@ def auto(drafter: Drafter, costs: Costs) -> HybridDrafter:
         raise ValueError(f"drafter: auto needs a model draft, got a {type(drafter).__name__}")
     fan_out = fan_out_of(drafter, costs.c, costs.width)
     return Scheduler(cost_ratio=costs.c, width_cost=costs.width, prior=Prior(prior_of(drafter, fan_out), 8.0),
-                     fan_out=fan_out).hybrid(drafter)
+                     fan_out=fan_out, hits=drafter.rating.fan_out_hits if fan_out else None).hybrid(drafter)
 
 
 def choose(candidates: Sequence[str], load: Callable[[str], Drafter], *,
@@ -351,7 +361,8 @@ def choose(candidates: Sequence[str], load: Callable[[str], Drafter], *,
     best = rated[0]
     choice = Choice(candidates=tuple(rated), chosen=best.name, left_out=tuple(skipped))
     scheduler = Scheduler(cost_ratio=best.c, width_cost=width_cost, prior=Prior(best.prior, 8.0),
-                          fan_out=best.fan_out, choice=choice)
+                          fan_out=best.fan_out, choice=choice,
+                          hits=models[best.name].rating.fan_out_hits if best.fan_out else None)
     return scheduler.hybrid(models[best.name])
 
 
