@@ -134,14 +134,11 @@ def main(names: list[str]) -> int:
     if unknown:
         sys.stderr.write(f"unknown runs {unknown}; known: {sorted(RUNS)}\n")
         return 2
-    recorded = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    kept = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     for name in names or list(RUNS):
         family = kernel_family(name)
-        if family is None:
-            recorded[name] = run(name)
-        else:
-            recorded[name] = {**recorded.get(name, {}), family: run(name)}
-    GOLDEN.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+        kept[name] = run(name) if family is None else {**kept.get(name, {}), family: run(name)}
+    GOLDEN.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
     sys.stderr.write(f"recorded {len(names or RUNS)} runs in {GOLDEN}\n")
     return 0
 

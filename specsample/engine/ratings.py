@@ -201,7 +201,7 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
         if not cost > 0:
             raise ValueError(f"round_cost: expected a positive cost, got {cost!r} at width {width}")
         if len(lengths) > 1 and 0 < width < most - 1:  # one round cannot end the call
-            gain = max(gain, most / rounds_to_finish(drafts, at, remaining))
+            gain = max(gain, most / _rounds_to_finish(drafts, at, remaining))
         return gain / cost
 
     longest = max(lengths)
@@ -230,7 +230,6 @@ def rounds_to_finish(drafts: Sequence[int], rates: Sequence[float], remaining: S
     if not drafts or len(rates) != len(drafts) or len(remaining) != len(drafts):
         raise ValueError(f"drafts, rates, remaining: expected equally long non-empty lists, got "
                          f"{len(drafts)}, {len(rates)}, {len(remaining)}")
-    means, spreads = [], []
     for n, rate, left in zip(drafts, rates, remaining, strict=True):
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"drafts: expected ints >= 0, got {list(drafts)!r}")
@@ -238,6 +237,13 @@ def rounds_to_finish(drafts: Sequence[int], rates: Sequence[float], remaining: S
             raise ValueError(f"rates: expected rates in [0, 1], got {list(rates)!r}")
         if isinstance(left, bool) or not isinstance(left, int) or left < 1:
             raise ValueError(f"remaining: expected ints >= 1, got {list(remaining)!r}")
+    return _rounds_to_finish(drafts, rates, remaining)
+
+
+def _rounds_to_finish(drafts: Sequence[int], rates: Sequence[float], remaining: Sequence[int]) -> float:
+    """`rounds_to_finish` on checked inputs (`batch_width` checks its own, once a call)."""
+    means, spreads = [], []
+    for n, rate, left in zip(drafts, rates, remaining, strict=True):
         chances = [rate ** i for i in range(n + 1)]  # P(e >= i + 1)
         mu = sum(chances)
         second = sum((2 * i + 1) * p for i, p in enumerate(chances))  # E[e^2]

@@ -38,7 +38,7 @@ from specsample.drafters.model import ModelDrafter
 from specsample.engine.ratings import batch_width, fastest_fan_out, fastest_k
 
 __all__ = ["HEAD_FAN_OUT", "HEAD_FAN_OUT_MAX", "PRIOR", "RATED_K_MAX", "WIDTH_PRIOR", "Candidate", "Choice",
-           "Prior", "Scheduler", "choose", "head_shape",
+           "Prior", "Scheduler", "choose", "head_shape", "hits_of",
            "one_draft_width", "prior_of", "rated_fan_out", "rated_k"]
 
 
@@ -278,13 +278,18 @@ class Choice:
                 for row in [head, *rows]]
 
 
+def hits_of(drafter: Drafter) -> Sequence[float] | None:
+    """The held-out fan-out hit rates a model draft's rating states (a head's card), else None."""
+    return drafter.rating.fan_out_hits if isinstance(drafter, ModelDrafter) else None
+
+
 def prior_of(drafter: Drafter, fan_out: int = 0) -> float:
     """The acceptance a model draft states for itself, for rounds of that fan-out: a fan-out
     of m whose hit rates its rating gives starts from hits[m - 1] (its evidence is one trial a
     round, a hit or not); otherwise its rating's prior alpha (e.g. a head's held-out alpha
     from its card), else `PRIOR`."""
     rating = drafter.rating if isinstance(drafter, ModelDrafter) else None
-    hits = None if rating is None else rating.fan_out_hits
+    hits = hits_of(drafter)
     if fan_out and hits is not None and fan_out <= len(hits):
         return float(hits[fan_out - 1])
     if rating is not None and rating.prior_alpha is not None:
@@ -299,8 +304,7 @@ def fan_out_of(drafter: Drafter, c: float, width_cost: Callable[[int, int], floa
     `fastest_fan_out` rates fastest here; else `HEAD_FAN_OUT`."""
     if not isinstance(drafter, FeatureDrafter):
         return 0
-    rating = drafter.rating if isinstance(drafter, ModelDrafter) else None
-    hits = None if rating is None else rating.fan_out_hits
+    hits = hits_of(drafter)
     if hits is None or width_cost is None:
         return HEAD_FAN_OUT
     return rated_fan_out(hits, c, width_cost)[0]
@@ -319,7 +323,7 @@ def auto(drafter: Drafter, costs: Costs) -> HybridDrafter:
         raise ValueError(f"drafter: auto needs a model draft, got a {type(drafter).__name__}")
     fan_out = fan_out_of(drafter, costs.c, costs.width)
     return Scheduler(cost_ratio=costs.c, width_cost=costs.width, prior=Prior(prior_of(drafter, fan_out), 8.0),
-                     fan_out=fan_out, hits=drafter.rating.fan_out_hits if fan_out else None).hybrid(drafter)
+                     fan_out=fan_out, hits=hits_of(drafter) if fan_out else None).hybrid(drafter)
 
 
 def choose(candidates: Sequence[str], load: Callable[[str], Drafter], *,
@@ -362,7 +366,7 @@ def choose(candidates: Sequence[str], load: Callable[[str], Drafter], *,
     choice = Choice(candidates=tuple(rated), chosen=best.name, left_out=tuple(skipped))
     scheduler = Scheduler(cost_ratio=best.c, width_cost=width_cost, prior=Prior(best.prior, 8.0),
                           fan_out=best.fan_out, choice=choice,
-                          hits=models[best.name].rating.fan_out_hits if best.fan_out else None)
+                          hits=hits_of(models[best.name]) if best.fan_out else None)
     return scheduler.hybrid(models[best.name])
 
 
