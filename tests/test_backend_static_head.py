@@ -171,7 +171,7 @@ def test_a_head_that_fuses_tapped_layers_is_refused_by_name() -> None:
 def test_the_shipped_head_runs_on_smollm2_with_the_eager_greedy_tokens() -> None:
     """The real model and the shipped head (8,192 ids): `load_drafter("head")` on static-cpu,
     greedy tokens equal the torch backend's, nothing compiled after the first run."""
-    from specsample_backends.torch.head import SHIPPED, load_head
+    from specsample_backends.torch.head_file import SHIPPED, load_head
 
     backend = create_cpu({"buckets": [128], "compiler": "aot_eager"})
     target = backend.load_target()

@@ -20,7 +20,7 @@ from specsample_backends.torch import _distill_prompts as _prompts
 from specsample_backends.torch import distill as distill_module
 from specsample_backends.torch._distill_prompts import code_snippets, grounded_prompts, open_prompts
 from specsample_backends.torch.distill import FAN_OUT_NODES, distill, evaluate_fan_out, held_out_fan_out
-from specsample_backends.torch.head import head_fan_out, head_prior, load_head
+from specsample_backends.torch.head_file import head_fan_out, head_prior, load_head
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specsample.bench.prompts import PROMPTS, greedy_prompts

@@ -23,14 +23,8 @@ import numpy as np
 import pytest
 import torch
 from specsample_backends.torch import HFModel
-from specsample_backends.torch.head import (
-    DraftHead,
-    HeadModel,
-    fingerprint,
-    fingerprints,
-    load_head,
-    save_head,
-)
+from specsample_backends.torch.head import DraftHead, HeadModel
+from specsample_backends.torch.head_file import fingerprint, fingerprints, load_head, save_head
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specsample.core.cache import rollback
@@ -498,7 +492,7 @@ def test_the_tree_sampler_refuses_a_head(target: HFModel) -> None:
 @pytest.mark.parametrize("name", ["head", "head:v1", "head-tree", "grown-tree:6x3", "grown-tree"])
 def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain(name: str) -> None:
     from specsample_backends.torch import loading
-    from specsample_backends.torch.head import SHIPPED
+    from specsample_backends.torch.head_file import SHIPPED
 
     from specsample.api.runner import encode_text
 
@@ -520,7 +514,7 @@ def test_the_shipped_head_drafts_for_smollm2_and_decodes_greedily_as_plain(name:
 
 
 def test_each_shipped_version_is_a_file_with_its_card_and_other_names_are_paths() -> None:
-    from specsample_backends.torch.head import SHIPPED, SHIPPED_VERSIONS, head_file
+    from specsample_backends.torch.head_file import SHIPPED, SHIPPED_VERSIONS, head_file
 
     assert set(SHIPPED_VERSIONS) == {"v1", "v2"} and SHIPPED in SHIPPED_VERSIONS.values()
     for version, path in SHIPPED_VERSIONS.items():
@@ -541,7 +535,7 @@ def test_the_shipped_head_loads_for_a_bfloat16_target_and_an_old_card_says_why_n
     import shutil
 
     from specsample_backends.torch import loading
-    from specsample_backends.torch.head import SHIPPED
+    from specsample_backends.torch.head_file import SHIPPED
 
     half = loading.load_target("smollm2", dtype=torch.bfloat16)
     drafter = loading.load_drafter("head:" + str(SHIPPED), half)

@@ -31,7 +31,7 @@ from specsample.drafters.head import DistillPlan
 
 from ._distill_prompts import open_prompts
 from ._fast import hf_config
-from .head import fingerprints
+from .head_file import fingerprints
 from .model import HFModel
 
 __all__ = ["SAMPLING_FIELDS", "Progress", "Row", "checkpoint_folder", "passage", "sample_rows",

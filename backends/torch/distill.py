@@ -57,7 +57,8 @@ from ._distill_data import (
     with_taps,
 )
 from ._distill_prompts import grounded_prompts
-from .head import DraftHead, HeadModel, columns, fingerprints, load_head, save_head
+from .head import DraftHead, HeadModel, columns
+from .head_file import fingerprints, load_head, save_head
 from .model import HFModel
 
 __all__ = ["FAN_OUT_NODES", "HELD_OUT_TEMPERATURES", "SAVE_EVERY", "distill", "evaluate_fan_out",

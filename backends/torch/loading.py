@@ -206,7 +206,7 @@ def load_drafter(name: str, target: HFModel, *, target_tokenizer: Any = None, fa
             "grown-tree:N" or "grown-tree:NxD" (a fixed budget of N nodes and D levels; see
             `specsample.drafters.confidence`), "head" or
             "head:FILE" (a feature-level draft head trained for this target: the
-            shipped one, or a file; see `head.load_head`; drafting as a chain or as a
+            shipped one, or a file; see `head_file.load_head`; drafting as a chain or as a
             fan-out of its likeliest tokens, whichever `_fastest_head` rates faster here),
             "head-tree" or "head-tree:N" (the shipped head's fan-out, of N or of the rated
             width), a model spec as for `load_target` (a separate
@@ -302,7 +302,8 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
     if is_grown_tree_name(name):  # the shipped head's tree, grown by its confidence
         from specsample.drafters.head import HeadDrafter
 
-        from .head import SHIPPED, HeadModel, head_prior, load_head
+        from .head import HeadModel
+        from .head_file import SHIPPED, head_prior, load_head
 
         budget = grown_tree_budget(name)
         head = HeadModel(load_head(SHIPPED, target))
@@ -315,7 +316,8 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
     if name == "head" or name.startswith("head:"):
         from specsample.drafters.head import HeadDrafter
 
-        from .head import SHIPPED, HeadModel, head_fan_out, head_file, head_prior, load_head
+        from .head import HeadModel
+        from .head_file import SHIPPED, head_fan_out, head_file, head_prior, load_head
 
         path = head_file(name.removeprefix("head:")) if name != "head" else SHIPPED
         rating = DraftRating(prior_alpha=head_prior(path), fan_out_hits=head_fan_out(path))
@@ -323,7 +325,8 @@ def _named_drafter(name: str, target: HFModel, target_tokenizer: Any) -> Drafter
     if name == "head-tree" or name.startswith("head-tree:"):
         from specsample.drafters.head import HeadDrafter, HeadTreeDrafter
 
-        from .head import SHIPPED, HeadModel, head_fan_out, load_head
+        from .head import HeadModel
+        from .head_file import SHIPPED, head_fan_out, load_head
 
         count = name.removeprefix("head-tree").removeprefix(":")
         if name != "head-tree" and not count.isdigit():

@@ -51,7 +51,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Sample, train, evaluate on held-out prompts, save; print the card."""
     from specsample_backends.torch.distill import distill, evaluate_fan_out, evaluate_held_out
-    from specsample_backends.torch.head import SHIPPED
+    from specsample_backends.torch.head_file import SHIPPED
 
     import specsample
 
