@@ -190,6 +190,56 @@ def test_check_checks_the_sampling_setting_given(tmp_path: Path, capsys: pytest.
     assert "tree sampler" in out and "K=3" in out and "t0.9 (" in out and "draft noisy:0.2" in out
 
 
+def test_check_against_the_exact_law_draws_no_plain_sample(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """--against exact: the first token and the first 3 tokens against the exact law, no plain
+    sample (half the calls), n from the one-sample size for --tv, and the JSON beside the plot."""
+    common = ["check", *REFERENCE, "--sampler", "engine", "--draft", "lookup", "--rows", "50", "--k", "2",
+              "--alpha", "1e-6", "--prompt", "Once upon", "--temperature", "0.9",
+              "--plot", str(tmp_path / "c.png")]
+    assert main([*common, "--against", "exact", "--tv", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "against exact" in out and "one-sample (against the exact law) size to detect TV 0.5" in out
+    assert "spec vs plain" not in out and "first 3 tokens, spec vs exact p (the 7 most likely + rest)" in out
+    assert "samples digest (speculative): " in out
+    record = json.loads((tmp_path / "c.json").read_text())
+    from specsample.testing import samples_needed
+
+    n = samples_needed(0.5, m=8, alpha=1e-6, beta=1e-6)
+    assert record["n"] == n == record["n_to_detect"] and f"n={n:,} per method" in out
+    assert record["against"] == "exact" and record["passed"] is True and record["drafter"]["class"]
+    (setting,) = record["settings"].values()
+    assert len(setting["digests"]) == 1 and set(setting["tests"]) == {
+        "first token, spec vs exact p (top 7 + rest)",
+        "first 3 tokens, spec vs exact p (the 7 most likely + rest)"}
+    assert len(setting["sequences"]) == 7 and all(len(q) == 3 for q in setting["sequences"])
+    assert setting["sequence_probabilities"] == sorted(setting["sequence_probabilities"], reverse=True)
+    assert main([*common, "--n", "100"]) == 0  # both (the default): the plain tests too, 2000 -> n
+    out = capsys.readouterr().out
+    assert "first 3 tokens, spec vs plain" in out and "first 3 tokens, spec vs exact p" in out
+    assert "two-sample size" in out and "n=100 per method" in out
+    assert len(json.loads((tmp_path / "c.json").read_text())["settings"]["t0.9"]["digests"]) == 2
+    with pytest.raises(SystemExit):
+        main([*common, "--against", "plain"])
+    assert "argument --against: invalid choice: 'plain'" in capsys.readouterr().err
+
+
+def test_check_against_the_exact_law_passes_the_rule_and_fails_a_broken_one(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The tree sampler on the toy target (T = 1, K = 2, a draft at noise 0.5), tested against
+    the exact law only, at the n that detects TV 0.05 with both error rates <= 1e-3 (9,957):
+    the rule passes; resampling from p after a rejection (a law off by more than TV 0.05 in
+    the first token here) fails."""
+    common = ["check", *REFERENCE, "--sampler", "tree", "--draft", "noisy:0.5", "--k", "2", "--against",
+              "exact", "--tv", "0.05", "--settings", "t1.0", "--plot", str(tmp_path / "c.png")]
+    assert main(common) == 0
+    out = capsys.readouterr().out
+    assert "n=9,957 per method" in out and out.rstrip().endswith("check: PASS")
+    assert main([*common, "--broken", "resample-from-p"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL goodness of fit" in out and out.rstrip().endswith("check: FAIL")
+
+
 def test_check_runs_the_verifier_the_config_names(capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """`verifier = "block"` in the config (here the environment) is the rule the check samples."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -32,6 +33,9 @@ from specsample.testing import (
     broken,
     goodness_of_fit,
     homogeneity,
+    most_likely_sequences,
+    project_sequences,
+    samples_needed,
     samples_needed_two_sample,
     tree_samples,
 )
@@ -42,6 +46,7 @@ COPY_PROMPT = "The cat sat on the mat, and the dog sat on the rug. Then the cat 
 # The built-in pair, checked when no sampling option is given (by flag, config file or environment).
 SETTINGS = {"t1.0": SamplingParams(temperature=1.0), "t0.7-p0.9": SamplingParams(temperature=0.7, top_p=0.9)}
 ROWS = 200
+TV = 0.02  # the default TV distance to detect
 SINGLE = Shard()
 
 
@@ -56,13 +61,19 @@ def add_parser(sub: Any) -> None:
                              "auto: tree where the backend runs the core round with a model "
                              "draft (e.g. --draft int8, int8@0.5), a hybrid (hybrid, hybrid@0.5) "
                              "or a tree drafter (suffix-tree), else engine")
+    parser.add_argument("--against", choices=("both", "exact"), default="both",
+                        help="what the speculative samples are tested against: both (the target's "
+                             "exact law and plain sampling's samples) or exact (the exact law "
+                             "only: no plain sample is drawn, and the one-sample test needs fewer "
+                             "samples for the same power)")
     parser.add_argument("--n", "--samples", dest="n", type=int, default=None,
                         help="samples per method and setting (--samples under torchrun, whose "
                              "own options --nnodes, --nproc-per-node make --n ambiguous; default: "
-                             "enough to detect --tv "
-                             "with the tree sampler, 2000 with the engine)")
-    parser.add_argument("--tv", type=float, default=0.02,
-                        help="the TV distance the default --n detects (miss rate <= --alpha)")
+                             "enough to detect --tv with the tree sampler, and with the engine "
+                             "where --tv is given, else 2000 with the engine)")
+    parser.add_argument("--tv", type=float, default=None,
+                        help=f"the TV distance the default --n detects (miss rate <= --alpha; "
+                             f"default {TV})")
     parser.add_argument("--rows", type=int, default=None,
                         help=f"rows per generate call (engine; default {ROWS})")
     parser.add_argument("--settings", default=None,
@@ -70,12 +81,15 @@ def add_parser(sub: Any) -> None:
                              f"--temperature/--top-k/--top-p/--min-p or the config set one)")
     parser.add_argument("--prompt", default=None,
                         help="the (raw, not chat-formatted) prompt (default: one whose first token "
-                             "has spread; for a tree drafter or a hybrid, one whose suffix recurs)")
+                             "has spread; for a drafter that copies from the context, suffix-tree "
+                             "or hybrid, one whose suffix recurs)")
     parser.add_argument("--alpha", type=float, default=1e-3, help="false-failure rate of each test")
     parser.add_argument("--broken", choices=sorted([*broken.VERIFIERS, *broken.TREE_VERIFIERS]),
                         default=None, help="swap the acceptance rule for a known-wrong one (a negative "
                                            "control; the tree-* rules for a tree drafter)")
-    parser.add_argument("--plot", type=Path, default=Path("results/check.png"))
+    parser.add_argument("--plot", type=Path, default=Path("results/check.png"),
+                        help="the figure of the first token's laws; the results go beside it as "
+                             "JSON (the same name, .json)")
     parser.add_argument("--distributed", action="store_true",
                         help="split the rows over the ranks of a torchrun launch (gloo): the engine "
                              "sampler's calls, or the tree sampler's rows; rank 0 gathers them in "
@@ -138,20 +152,22 @@ BINS = 8  # outcomes per test: the 7 most frequent and the rest (keeps the TV bo
 
 
 def _engine(runner: Runner, args: argparse.Namespace, prompt: Any, params: SamplingParams,
-            verifier: Any, bar: tqdm, shard: Shard = SINGLE) -> tuple[np.ndarray, np.ndarray] | None:
-    """[n, 3] first tokens of speculative and plain generations, through the backend's engine
-    (None on ranks other than 0)."""
+            verifier: Any, bar: tqdm, shard: Shard = SINGLE) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """[n, 3] first tokens of speculative and plain generations (no plain ones when tested
+    against the exact law only), through the backend's engine (None on ranks other than 0)."""
     rows = runner.backend.asarray(np.zeros((min(args.rows or ROWS, args.n), 1), dtype=np.int64)) + prompt
     common = {"prompts": rows, "max_new_tokens": 3, "params": params, "eos_token_id": None}
     spec = _draw(runner.generate, args.n, len(rows), bar, shard, seed=runner.config.seed,
                  verifier=runner.config.verifier if args.broken is None else verifier, **common)
+    if args.against == "exact":
+        return None if spec is None else (spec, None)
     plain = _draw(runner.generate_plain, args.n, len(rows), bar, shard,
                   seed=runner.config.seed + 10**6, **common)
     return None if spec is None or plain is None else (spec, plain)
 
 
 def _tree(runner: Runner, args: argparse.Namespace, prompt: Any, params: SamplingParams,
-          verifier: Any, bar: tqdm, shard: Shard = SINGLE) -> tuple[np.ndarray, np.ndarray] | None:
+          verifier: Any, bar: tqdm, shard: Shard = SINGLE) -> tuple[np.ndarray, np.ndarray | None] | None:
     """[n, 3] first tokens of speculative and plain sampling, each distinct prefix once (None
     on ranks other than 0). Rank r of W samples rows [r n / W, (r + 1) n / W): each row's
     uniforms are keyed by its global index, so the split changes no sample."""
@@ -170,7 +186,14 @@ def _tree(runner: Runner, args: argparse.Namespace, prompt: Any, params: Samplin
     parts = shard.run(shard.world, part)
     if parts is None:
         return None
-    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    plain = None if args.against == "exact" else np.concatenate([p[1] for p in parts])
+    return np.concatenate([p[0] for p in parts]), plain
+
+
+def _needed(args: argparse.Namespace) -> int:
+    """Samples per method for the weakest test run to detect --tv with both error rates <= --alpha."""
+    size = samples_needed if args.against == "exact" else samples_needed_two_sample
+    return size(TV if args.tv is None else args.tv, m=BINS, alpha=args.alpha, beta=args.alpha)
 
 
 def _constant_k(k: int | str | None) -> None:
@@ -216,10 +239,10 @@ def _mode(args: argparse.Namespace, runner: Runner) -> str:
             raise ValueError(f"--rows: only the engine sampler draws in calls of rows, got {args.rows} "
                              f"with the tree sampler (or use --sampler engine)")
         if args.n is None:
-            args.n = samples_needed_two_sample(args.tv, m=BINS, alpha=args.alpha, beta=args.alpha)
+            args.n = _needed(args)
         return f"tree sampler (exact laws per distinct prefix, {rule})"
     if args.n is None:
-        args.n = 2000
+        args.n = 2000 if args.tv is None else _needed(args)
     if own_engine:
         if args.broken is not None:
             raise ValueError(f"--broken: backend {config.backend!r} runs its own verify step; "
@@ -257,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
     """Run every setting; exit status 0 when every test passes."""
     if args.n is not None and args.n < 100:
         raise ValueError(f"--n: expected >= 100 samples per method, got {args.n}")
-    if not 0 < args.tv <= 1:
+    if args.tv is not None and not 0 < args.tv <= 1:
         raise ValueError(f"--tv: expected a TV distance in (0, 1], got {args.tv}")
     if args.max_new_tokens is not None:
         raise ValueError(f"--max-new-tokens: not used by `specsample check` (it tests the first 3 "
@@ -271,7 +294,8 @@ def run(args: argparse.Namespace) -> int:
     runner = load(config)
     backend, tokenizer = runner.backend, runner.tokenizer
     if args.prompt is None:
-        copies = isinstance(runner.drafter, TreeDrafter) or _copies(runner.drafter)
+        trees = isinstance(runner.drafter, TreeDrafter) and not reads_features(runner.drafter)
+        copies = trees or _copies(runner.drafter)  # a head's trees are grown, not copied
         args.prompt = COPY_PROMPT if copies else PROMPT
     prompt = backend.asarray([tokenizer.encode(args.prompt)])  # raw text: no chat template
     verifier = get_verifier(config.verifier) if args.broken is None else \
@@ -298,61 +322,117 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(runner: Runner, args: argparse.Namespace, prompt: Any, chosen: dict[str, SamplingParams],
             verifier: Any, rule: str, mode: str, shard: Shard) -> int:
-    """Rank 0 (or the only process): sample every setting, test, print, plot."""
+    """Rank 0 (or the only process): sample every setting, test, print, plot, write the JSON."""
     config, tokenizer = runner.config, runner.tokenizer
     print(f"check: target {config.target or 'default'}, draft {config.draft or 'default'}, "
           f"backend {config.backend}, K={config.k}, verifier {rule}, {mode}, prompt {args.prompt!r}, "
-          f"n={args.n:,} per method, alpha={args.alpha}")
-    print(f"  two-sample size to detect TV {args.tv} with both error rates <= {args.alpha}: "
-          f"{samples_needed_two_sample(args.tv, m=BINS, alpha=args.alpha, beta=args.alpha):,} "
+          f"n={args.n:,} per method, against {args.against}, alpha={args.alpha}")
+    tv = TV if args.tv is None else args.tv
+    kind = "one-sample (against the exact law)" if args.against == "exact" else "two-sample"
+    print(f"  {kind} size to detect TV {tv} with both error rates <= {args.alpha}: {_needed(args):,} "
           f"per method ({BINS} outcomes)")
-    ok, panels = True, []
+    ok, panels, records = True, [], {}
     for name, params in chosen.items():
-        passed, panel = _one(runner, args, prompt, name, params, verifier, shard)
+        passed, panel, record = _one(runner, args, prompt, name, params, verifier, shard)
         ok &= passed
         panels.append(panel)
+        records[name] = record
     _plot(panels, args.plot, tokenizer)
+    out = args.plot.with_suffix(".json")
+    out.write_text(json.dumps({
+        "target": config.target or "default", "draft": config.draft or "default",
+        "backend": config.backend, "k": config.k, "drafter": _shape(runner.drafter), "rule": rule,
+        "broken": args.broken, "sampler": mode,
+        "prompt": args.prompt, "n": args.n, "against": args.against, "alpha": args.alpha,
+        "tv_to_detect": tv, "n_to_detect": _needed(args), "passed": bool(ok), "settings": records,
+    }, indent=1) + "\n")
+    print(f"wrote {out}")
     print("check:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 
 
-Panel = tuple[str, np.ndarray, np.ndarray, np.ndarray]
+def _shape(drafter: Any) -> dict[str, Any]:
+    """The drafter a name resolved to: its class and, for a tree, its node budget (a head's
+    fan-out is chosen at load from the costs measured then)."""
+    out: dict[str, Any] = {"class": type(drafter).__name__}
+    for key in ("nodes", "depth", "branch"):
+        value = getattr(drafter, key, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            out[key] = value
+    return out
+
+
+Panel = tuple[str, np.ndarray, np.ndarray | None, np.ndarray]
+LENGTH = 3  # tokens per sample
+
+
+def exact_law(runner: Runner, prompt: Any, params: SamplingParams) -> Any:
+    """The law of the next token after `prompt` + a prefix: a function of the prefix (a tuple
+    of ids), float64 probabilities [V] on the host, from the target's logits under `params`."""
+    ids = [int(t) for t in host_array(prompt)[0]]
+
+    def law_of(prefix: tuple[int, ...]) -> np.ndarray:
+        logits = next_logits(runner.target, runner.backend.asarray([[*ids, *prefix]]))
+        wide = logits.double() if hasattr(logits, "double") else logits.astype(np.float64)
+        out: np.ndarray = host_array(warp(wide, params))
+        return out
+
+    return law_of
 
 
 def _one(runner: Runner, args: argparse.Namespace, prompt: Any, name: str, params: SamplingParams,
-         verifier: Any, shard: Shard) -> tuple[bool, Panel]:
-    """Sample, test and print one setting; (every test passed, the plot's panel)."""
+         verifier: Any, shard: Shard) -> tuple[bool, Panel, dict[str, Any]]:
+    """Sample, test and print one setting; (every test passed, the plot's panel, the JSON record)."""
     draw = _tree if args.sampler == "tree" else _engine
-    bar = tqdm(total=2 * args.n, desc=f"{name}: sampling", unit="seq")
+    bar = tqdm(total=args.n * (1 if args.against == "exact" else 2), desc=f"{name}: sampling", unit="seq")
     began = time.perf_counter()
     drawn = draw(runner, args, prompt, params, verifier, bar, shard)
     assert drawn is not None  # rank 0 gathers every call
     spec, plain = drawn
     bar.close()
-    logits = next_logits(runner.target, prompt)
-    wide = logits.double() if hasattr(logits, "double") else logits.astype(np.float64)
-    exact = host_array(warp(wide, params))
+    law_of = exact_law(runner, prompt, params)
+    exact = law_of(())
     top, expected = top_outcomes(exact, BINS)
+    # The BINS - 1 most likely 3-token sequences, fixed by the law before any sample is read.
+    sequences, masses = most_likely_sequences(law_of, count=BINS - 1, length=LENGTH)
+    sequence_law = np.append(masses, max(0.0, 1.0 - float(masses.sum())))
     results: dict[str, FitResult | HomogeneityResult] = {
-        "first token, spec vs exact p (top 7 + rest)": goodness_of_fit(
+        f"first token, spec vs exact p (top {BINS - 1} + rest)": goodness_of_fit(
             project(spec[:, 0], top), expected, alpha=args.alpha),
-        "first token, spec vs plain": homogeneity(spec[:, 0], plain[:, 0], alpha=args.alpha, bins=BINS),
-        "first 3 tokens, spec vs plain": homogeneity(_ids(spec), _ids(plain), alpha=args.alpha,
-                                                     bins=BINS),
+        f"first {LENGTH} tokens, spec vs exact p (the {len(sequences)} most likely + rest)":
+            goodness_of_fit(project_sequences(spec, sequences), sequence_law / sequence_law.sum(),
+                            alpha=args.alpha),
     }
-    print(f"{name} ({time.perf_counter() - began:.0f} s): {params}")
+    if plain is not None:
+        results["first token, spec vs plain"] = homogeneity(spec[:, 0], plain[:, 0], alpha=args.alpha,
+                                                            bins=BINS)
+        results[f"first {LENGTH} tokens, spec vs plain"] = homogeneity(_ids(spec), _ids(plain),
+                                                                       alpha=args.alpha, bins=BINS)
+    seconds = time.perf_counter() - began
+    print(f"{name} ({seconds:.0f} s): {params}")
     if float(exact.max()) > 1 - 1e-9:
         print(f"  note: under {name} the first token after {args.prompt!r} is certain "
               f"({runner.tokenizer.decode([int(exact.argmax())])!r}): the first-token tests say "
-              f"nothing here; the 3-token test does (or choose another --prompt)")
+              f"nothing here; the 3-token tests do (or choose another --prompt)")
     for what, result in results.items():
         print(f"  {what}: {result}")
-    print(f"  samples digest (speculative, plain): {digest(spec)} {digest(plain)}")
-    print(f"  TV here is between the laws projected on {BINS} outcomes (the 7 most frequent in "
-          f"both samples together, the rest); a test misses a TV >= its 'detects' value with "
-          f"probability <= {2 * args.alpha:.2g} (the split being chosen from the data, the "
-          f"miss bound is approximate; the false-failure bound is exact)")
-    return all(r.passed for r in results.values()), (name, spec[:, 0], plain[:, 0], exact)
+    digests = [digest(spec)] + ([] if plain is None else [digest(plain)])
+    print(f"  samples digest ({'speculative, plain' if plain is not None else 'speculative'}): "
+          f"{' '.join(digests)}")
+    print(f"  TV here is between the laws projected on {BINS} outcomes; a test misses a TV >= its "
+          f"'detects' value with probability <= {args.alpha:.2g} where the outcomes come from the "
+          f"exact law (tests against exact p), <= {2 * args.alpha:.2g} against plain (its outcomes "
+          f"are the most frequent in both samples together, chosen from the data, so that miss "
+          f"bound is approximate); every false-failure bound is exact")
+    record = {
+        "params": dataclasses.asdict(params), "seconds": round(seconds, 1), "digests": digests,
+        "sequences": [list(q) for q in sequences], "sequence_probabilities": [float(m) for m in masses],
+        "tests": {what: {key: (value if not isinstance(value, np.generic) else value.item())
+                         for key, value in dataclasses.asdict(result).items()}
+                  for what, result in results.items()},
+    }
+    passed = all(r.passed for r in results.values())
+    return passed, (name, spec[:, 0], None if plain is None else plain[:, 0], exact), record
 
 
 def _plot(panels: list[Panel], path: Path, tokenizer: Any) -> None:
@@ -366,7 +446,8 @@ def _plot(panels: list[Panel], path: Path, tokenizer: Any) -> None:
         top = np.argsort(-exact)[:15]
         x = np.arange(len(top))
         ax.bar(x - 0.27, [np.mean(spec == t) for t in top], 0.27, label="speculative")
-        ax.bar(x, [np.mean(plain == t) for t in top], 0.27, label="plain")
+        if plain is not None:
+            ax.bar(x, [np.mean(plain == t) for t in top], 0.27, label="plain")
         ax.bar(x + 0.27, exact[top], 0.27, label="exact p")
         ax.set_xticks(x, [repr(tokenizer.decode([int(t)])) for t in top], rotation=45, fontsize=7)
         ax.set_title(f"first generated token, {name}")

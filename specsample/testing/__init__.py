@@ -4,6 +4,9 @@
 - `homogeneity`: two samples against each other (e.g. speculative vs plain sampling).
 - `tree_samples`: many speculative and plain samples of a real model's first tokens, each
   distinct prefix evaluated once (`PrefixLaws`).
+- `most_likely_sequences`, `project_sequences`: the most likely first tokens of an
+  autoregressive law with their exact probabilities, as the outcomes of a goodness-of-fit
+  test chosen before sampling.
 - `samples_needed`, `samples_needed_two_sample`, `detectable_tv`: sizes and power.
 - `exact_round_law`, `exact_sequence_law`, `autoregressive_law`, `accepted_length_law`,
   `expected_tokens_per_round`: exact laws of speculative sampling, with Fractions
@@ -33,9 +36,11 @@ from specsample.testing._gof import FitResult, goodness_of_fit
 from specsample.testing._homogeneity import HomogeneityResult, homogeneity
 from specsample.testing._power import detectable_tv, samples_needed, samples_needed_two_sample
 from specsample.testing._prefix import PrefixLaws
+from specsample.testing._top import most_likely_sequences, project_sequences
 from specsample.testing._tree import tree_samples
 
 __all__ = ["FitResult", "HomogeneityResult", "PrefixLaws", "accepted_length_law",
            "autoregressive_law", "block_thresholds", "detectable_tv", "exact_round_law", "exact_sequence_law",
-           "expected_tokens_per_round", "goodness_of_fit", "homogeneity", "samples_needed",
+           "expected_tokens_per_round", "goodness_of_fit", "homogeneity", "most_likely_sequences",
+           "project_sequences", "samples_needed",
            "samples_needed_two_sample", "tree_samples"]
