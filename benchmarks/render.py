@@ -5,8 +5,9 @@
 
 The results are the JSON files that `specsample bench ... --json PATH` writes, kept in
 benchmarks/results/: `bench.json` (the default benchmark, models end to end), `batch.json`
-(batch sizes) and `core.json` (verify and warp alone), and the draft heads' cards in
-backends/torch/heads/ (their held-out acceptance). Each page shows, for each
+(batch sizes) and `core.json` (verify and warp alone), the draft heads' cards in
+backends/torch/heads/ (their held-out acceptance), and `check_*.json` and `greedy_*.json`
+(`specsample check`'s and `specsample bench greedy`'s verdicts on the heads). Each page shows, for each
 benchmark, the committed run: the command, the machine it ran on (the JSON's `machine`),
 and its numbers. A missing file is said on the page, not an error. The README's table sits
 between the marker comments START and END below; the rest of the README is left as it is.
@@ -307,7 +308,8 @@ def section(source: Source, root: Path) -> Lines:
 def others(root: Path) -> Lines:
     """Results files that this page does not render, listed so that none goes unseen."""
     known = {s.file for s in SOURCES}
-    extra = sorted(p.name for p in (root / RESULTS).glob("*.json") if p.name not in known)
+    checked = {p.name for pattern in (CHECKS, GREEDY) for p in (root / RESULTS).glob(pattern)}
+    extra = sorted(p.name for p in (root / RESULTS).glob("*.json") if p.name not in known | checked)
     if not extra:
         return []
     lines = ["## Other results", "", "Committed but not rendered here:", ""]
@@ -373,6 +375,61 @@ def heads(root: Path) -> Lines:
     return [*lines, *_table(header, rows), ""]
 
 
+CHECKS = "check_*.json"  # `specsample check` runs: the law, not the speed
+GREEDY = "greedy_*.json"  # `specsample bench greedy` runs: speculative = plain at T = 0
+
+
+def _check_command(payload: Record) -> str:
+    """The `specsample check` command a results file records (its plot path aside)."""
+    parts = ["specsample check", f"--draft {payload.get('draft')}", f"--against {payload.get('against')}",
+             f"--n {payload.get('n')}"]
+    if payload.get("broken"):
+        parts.append(f"--broken {payload['broken']}")
+    return " ".join(parts)
+
+
+def checks(root: Path) -> Lines:
+    """The committed `specsample check` runs (`specsample check ... --plot benchmarks/results/
+    check_NAME.png` writes check_NAME.json beside the figure): each test's verdict."""
+    files = sorted((root / RESULTS).glob(CHECKS))
+    if not files and not sorted((root / RESULTS).glob(GREEDY)):
+        return []
+    lines = ["## Exactness checks of the draft heads", "",
+             "`specsample check` on SmolLM2: the first 3 tokens after one prompt, sampled by the backend's "
+             "own `generate` (caches, features and trees as a user runs them), tested against the "
+             "target's exact law on 8 outcomes fixed by that law (the 7 likeliest first tokens, or "
+             "3-token sequences, and the rest). A test fails when the empirical TV exceeds its "
+             "threshold or the G-test's p-value is below alpha; a law at TV >= the detected value "
+             "fails except with probability alpha. A run with a broken rule is a negative control: "
+             "it must fail. A head's fan-out of m tokens and a grown tree whose first level holds "
+             "the same m tokens propose the same first candidates, and the rule reads the same "
+             "uniforms for a seed, so their first tokens coincide row by row; the grown tree's "
+             "deeper nodes are what its 3-token samples add.", "", "```bash"]
+    lines += [_check_command(_load(path) or {}) for path in files]
+    rows = []
+    for path in files:
+        payload = _load(path) or {}
+        for name, setting in payload.get("settings", {}).items():
+            for what, test in setting.get("tests", {}).items():
+                rows.append([f"`{payload.get('draft')}`", str(payload.get("rule")), name, what,
+                             f"{test.get('n', test.get('n_a', 0)):,}", _fmt(test.get("tv"), ".4f"),
+                             _fmt(test.get("detectable_tv"), ".3f"), _fmt(test.get("pvalue"), ".3g"),
+                             "PASS" if test.get("passed") else "FAIL"])
+    header = ["draft", "rule", "setting", "test", "n", "TV", "detects TV >=", "G-test p", "verdict"]
+    lines += ["```", "", *_table(header, rows), ""]
+    greedy = [_load(path) or {} for path in sorted((root / RESULTS).glob(GREEDY))]
+    if greedy:
+        lines += ["Greedy decoding (T = 0), speculative against plain, token for token on the built-in "
+                  "prompts (`specsample bench greedy --draft NAME --json benchmarks/results/"
+                  "greedy_NAME.json`); a near tie is a difference where the target's two best "
+                  "logits are closer than the tie gap, which float rounding may order either way:", ""]
+        rows = [[f"`{g.get('draft')}`", str(g.get("max_new_tokens")),
+                 f"{g.get('equal')}/{len(g.get('records', []))}", str(g.get("near_ties")),
+                 str(g.get("other"))] for g in greedy]
+        lines += [*_table(["draft", "tokens", "equal", "near ties", "other differences"], rows), ""]
+    return lines
+
+
 def page(root: Path) -> str:
     """docs/benchmarks.md."""
     lines = [f"<!-- Written by `{RENDER}` from {RESULTS}/*.json: edit those or the renderer, "
@@ -380,6 +437,7 @@ def page(root: Path) -> str:
     for source in SOURCES:
         lines += section(source, root)
     lines += heads(root)
+    lines += checks(root)
     lines += others(root)
     lines.append(FROM_PYTHON)
     return "\n".join(lines).rstrip("\n") + "\n"

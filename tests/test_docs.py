@@ -214,3 +214,30 @@ def test_the_check_fails_on_a_stale_page_and_missing_results_are_said(tmp_path: 
     assert stale.returncode == 1 and "README.md differs" in stale.stderr, stale.stderr
     readme.write_text(readme.read_text().replace("<!-- results:start -->", ""))
     assert _render(tmp_path, "--check").returncode == 2
+
+
+def test_check_results_render_as_verdicts_and_are_not_listed_as_unrendered(tmp_path: Path) -> None:
+    """A `specsample check` results file (check_*.json) renders its command and one row per
+    test with its verdict, a `bench greedy` one (greedy_*.json) its counts; neither is among
+    the "other results"."""
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    test = {"passed": False, "pvalue": 1e-9, "tv": 0.21, "tau": 0.025, "tv_bound": 1e-3,
+            "detectable_tv": 0.05, "n": 9957, "m": 8, "alpha": 1e-3, "unexpected": 0}
+    (results / "check_toy.json").write_text(json.dumps({
+        "draft": "grown-tree:4x2", "against": "exact", "n": 9957, "rule": "tree-without-residual",
+        "broken": "tree-without-residual", "settings": {"t1.0": {"tests": {"first token": test}}}}))
+    (results / "greedy_toy.json").write_text(json.dumps({
+        "draft": "head", "max_new_tokens": 48, "equal": 21, "near_ties": 1, "other": 0,
+        "records": [{}] * 22}))
+    assert _render(tmp_path).returncode == 0
+    page = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert "| `head` | 48 | 21/22 | 1 | 0 |" in page
+    assert "specsample check --draft grown-tree:4x2 --against exact --n 9957 --broken tree-without-residual" \
+        in page
+    row = ("| `grown-tree:4x2` | tree-without-residual | t1.0 | first token | 9,957 | 0.2100 | 0.050 "
+           "| 1e-09 | FAIL |")
+    assert row in page
+    assert "Other results" not in page
