@@ -190,14 +190,26 @@ def test_check_checks_the_sampling_setting_given(tmp_path: Path, capsys: pytest.
     assert "tree sampler" in out and "K=3" in out and "t0.9 (" in out and "draft noisy:0.2" in out
 
 
-def test_check_against_the_exact_law_draws_no_plain_sample(tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_against_the_exact_law_draws_no_plain_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """--against exact: the first token and the first 3 tokens against the exact law, no plain
-    sample (half the calls), n from the one-sample size for --tv, and the JSON beside the plot."""
+    sample (plain generation is never called), n from the one-sample size for --tv, and the
+    JSON beside the plot."""
+    from specsample.api.runner import Runner
+
+    real = Runner.generate_plain
+    calls: list[int] = []
+
+    def counted(self: Runner, *args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Runner, "generate_plain", counted)
     common = ["check", *REFERENCE, "--sampler", "engine", "--draft", "lookup", "--rows", "50", "--k", "2",
               "--alpha", "1e-6", "--prompt", "Once upon", "--temperature", "0.9",
               "--plot", str(tmp_path / "c.png")]
     assert main([*common, "--against", "exact", "--tv", "0.5"]) == 0
+    assert calls == []
     out = capsys.readouterr().out
     assert "against exact" in out and "one-sample (against the exact law) size to detect TV 0.5" in out
     assert "spec vs plain" not in out and "first 3 tokens, spec vs exact p (the 7 most likely + rest)" in out
@@ -206,7 +218,7 @@ def test_check_against_the_exact_law_draws_no_plain_sample(tmp_path: Path,
     from specsample.testing import samples_needed
 
     n = samples_needed(0.5, m=8, alpha=1e-6, beta=1e-6)
-    assert record["n"] == n == record["n_to_detect"] and f"n={n:,} per method" in out
+    assert record["n"] == n and f"n={n:,} per method" in out and 0.45 < record["tv_detected"] <= 0.5
     assert record["against"] == "exact" and record["passed"] is True and record["drafter"]["class"]
     (setting,) = record["settings"].values()
     assert len(setting["digests"]) == 1 and set(setting["tests"]) == {
@@ -214,7 +226,8 @@ def test_check_against_the_exact_law_draws_no_plain_sample(tmp_path: Path,
         "first 3 tokens, spec vs exact p (the 7 most likely + rest)"}
     assert len(setting["sequences"]) == 7 and all(len(q) == 3 for q in setting["sequences"])
     assert setting["sequence_probabilities"] == sorted(setting["sequence_probabilities"], reverse=True)
-    assert main([*common, "--n", "100"]) == 0  # both (the default): the plain tests too, 2000 -> n
+    assert main([*common, "--n", "100"]) == 0  # both (the default): the plain tests too
+    assert len(calls) == 2  # 100 rows in calls of 50
     out = capsys.readouterr().out
     assert "first 3 tokens, spec vs plain" in out and "first 3 tokens, spec vs exact p" in out
     assert "two-sample size" in out and "n=100 per method" in out
@@ -228,8 +241,7 @@ def test_check_against_the_exact_law_passes_the_rule_and_fails_a_broken_one(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """The tree sampler on the toy target (T = 1, K = 2, a draft at noise 0.5), tested against
     the exact law only, at the n that detects TV 0.05 with both error rates <= 1e-3 (9,957):
-    the rule passes; resampling from p after a rejection (a law off by more than TV 0.05 in
-    the first token here) fails."""
+    the rule passes; resampling from p after a rejection fails both tests."""
     common = ["check", *REFERENCE, "--sampler", "tree", "--draft", "noisy:0.5", "--k", "2", "--against",
               "exact", "--tv", "0.05", "--settings", "t1.0", "--plot", str(tmp_path / "c.png")]
     assert main(common) == 0
@@ -237,7 +249,9 @@ def test_check_against_the_exact_law_passes_the_rule_and_fails_a_broken_one(
     assert "n=9,957 per method" in out and out.rstrip().endswith("check: PASS")
     assert main([*common, "--broken", "resample-from-p"]) == 1
     out = capsys.readouterr().out
-    assert "FAIL goodness of fit" in out and out.rstrip().endswith("check: FAIL")
+    assert "first token, spec vs exact p (top 7 + rest): FAIL" in out
+    assert "first 3 tokens, spec vs exact p (the 7 most likely + rest): FAIL" in out
+    assert out.rstrip().endswith("check: FAIL")
 
 
 def test_check_runs_the_verifier_the_config_names(capsys: pytest.CaptureFixture[str],

@@ -70,8 +70,6 @@ def test_a_likely_first_token_with_spread_out_continuations_loses_to_a_certain_p
     sequences, masses = most_likely_sequences(law_of, count=3, length=2)
     assert sequences == [(1, 3), (0, 0), (0, 1)]
     assert masses.tolist() == pytest.approx([0.4, 0.15, 0.15])
-    greedy = [(0, t) for t in range(3)]  # what a beam of one first token would give
-    assert sequences != greedy
 
 
 def test_the_search_reads_only_prefixes_as_likely_as_the_last_sequence() -> None:
@@ -109,9 +107,34 @@ def test_most_likely_sequences_validates(kwargs: dict[str, object], law: object,
         most_likely_sequences(lambda prefix: law, **kwargs)  # type: ignore[arg-type]
 
 
-def test_a_bool_count_is_refused() -> None:
+def test_bool_sizes_and_a_law_that_is_no_function_are_refused() -> None:
     with pytest.raises(TypeError, match="length: expected an int, got bool True"):
         most_likely_sequences(lambda prefix: [0.5, 0.5], count=2, length=True)
+    with pytest.raises(TypeError, match="count: expected an int, got bool True"):
+        most_likely_sequences(lambda prefix: [0.5, 0.5], count=True, length=2)
+    with pytest.raises(TypeError, match=r"law_of: expected a function of a prefix .* got list"):
+        most_likely_sequences([0.5, 0.5], count=2, length=2)  # type: ignore[arg-type]
+
+
+def test_a_law_summing_slightly_over_one_is_normalised_so_the_order_holds() -> None:
+    """A child more likely than its parent (a law summing to 1 + 5e-7, within the tolerance)
+    would break the search's order: laws are normalised, and the best sequence comes first."""
+    def law_of(prefix: tuple[int, ...]) -> np.ndarray:
+        if prefix == ():
+            return np.array([0.4, 0.39999999, 0.20000001])
+        return np.array([1 + 5e-7, 0.0, 0.0]) if prefix == (1,) else np.array([1.0, 0.0, 0.0])
+
+    sequences, masses = most_likely_sequences(law_of, count=2, length=2)
+    assert sequences == [(0, 0), (1, 0)] and masses[0] >= masses[1]
+    assert most_likely_sequences(law_of, count=1, length=2)[0] == [(0, 0)]
+
+
+def test_sequences_whose_probability_underflows_are_not_returned() -> None:
+    def law_of(prefix: tuple[int, ...]) -> np.ndarray:
+        return np.array([1 - 1e-200, 1e-200])
+
+    sequences, masses = most_likely_sequences(law_of, count=5, length=2)
+    assert sequences == [(0, 0), (0, 1), (1, 0)] and bool(np.all(masses > 0))
 
 
 def test_a_law_whose_vocabulary_changes_with_the_prefix_is_refused() -> None:
@@ -127,5 +150,9 @@ def test_project_sequences_maps_rows_to_the_first_equal_sequence_else_the_rest()
         project_sequences(np.array([1, 2]), [(1,)])
     with pytest.raises(ValueError, match=r"tokens: expected integer ids"):
         project_sequences(np.array([[0.5, 1.0]]), [(1, 2)])
-    with pytest.raises(ValueError, match=r"sequences: expected 2 tokens each .* got 3 in sequence 1"):
+    with pytest.raises(ValueError, match=r"sequences: expected tuples of 2 token ids >= 0 each .* got "
+                                         r"\(1, 2, 3\) as sequence 1"):
         project_sequences(rows, [(1, 2), (1, 2, 3)])
+    for bad in ((1.7, 2), (True, 2), (-1, 2), (2**63, 2), 5):
+        with pytest.raises(ValueError, match="sequences: expected tuples of 2 token ids"):
+            project_sequences(rows, [bad])  # type: ignore[list-item]

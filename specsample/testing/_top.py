@@ -31,7 +31,9 @@ def _next_law(law_of: NextLaw, prefix: tuple[int, ...], size: int | None) -> np.
     if not np.all(np.isfinite(probs)) or float(probs.min()) < 0 or abs(float(probs.sum()) - 1) > 1e-6:
         raise ValueError(f"law_of: expected finite probabilities >= 0 summing to 1 after prefix "
                          f"{prefix}, got min {float(probs.min())}, sum {float(probs.sum())}")
-    return probs
+    # Exactly normalised: a child then never outweighs its parent, which the search's order needs.
+    out: np.ndarray = probs / probs.sum()
+    return out
 
 
 def most_likely_sequences(law_of: NextLaw, *, count: int,
@@ -56,6 +58,9 @@ def most_likely_sequences(law_of: NextLaw, *, count: int,
         (sequences, probabilities): a list of token-id tuples and their probabilities
         (float64 [len(sequences)]), in decreasing order of probability.
     """
+    if not callable(law_of):
+        raise TypeError(f"law_of: expected a function of a prefix (a tuple of ids), got "
+                        f"{type(law_of).__name__}")
     count = check_int("count", count, 1)
     length = check_int("length", length, 1)
     size: int | None = None
@@ -69,7 +74,7 @@ def most_likely_sequences(law_of: NextLaw, *, count: int,
         probs = _next_law(law_of, prefix, size)
         size = probs.shape[0]
         order = np.argsort(-probs, kind="stable")
-        if probs[order[0]] > 0:
+        if mass * float(probs[order[0]]) > 0:  # not a sequence whose probability underflows to 0
             heapq.heappush(queue, (-mass * float(probs[order[0]]), next(ties), mass, prefix, order,
                                    probs, 0))
 
@@ -79,7 +84,7 @@ def most_likely_sequences(law_of: NextLaw, *, count: int,
     while queue and len(found) < count:
         neg, _, mass, parent, order, probs, rank = heapq.heappop(queue)
         child = (*parent, int(order[rank]))
-        if rank + 1 < len(order) and probs[order[rank + 1]] > 0:  # its next sibling takes its place
+        if rank + 1 < len(order) and mass * float(probs[order[rank + 1]]) > 0:  # the next sibling in
             heapq.heappush(queue, (-mass * float(probs[order[rank + 1]]), next(ties), mass, parent,
                                    order, probs, rank + 1))
         if len(child) == length:
@@ -106,8 +111,10 @@ def project_sequences(tokens: object, sequences: Sequence[tuple[int, ...]]) -> n
                          f"{list(rows.shape)}")
     out = np.full(rows.shape[0], len(sequences), dtype=np.int64)
     for i, seq in enumerate(sequences):
-        if len(seq) != rows.shape[1]:
-            raise ValueError(f"sequences: expected {rows.shape[1]} tokens each (the columns of "
-                             f"tokens), got {len(seq)} in sequence {i}")
-        out[np.all(rows == np.asarray(seq, dtype=rows.dtype), axis=1) & (out == len(sequences))] = i
+        if not isinstance(seq, (tuple, list)) or len(seq) != rows.shape[1] or not all(
+                isinstance(t, (int, np.integer)) and not isinstance(t, bool) and 0 <= t < 2**63 for t in seq):
+            raise ValueError(f"sequences: expected tuples of {rows.shape[1]} token ids >= 0 each (the "
+                             f"columns of tokens), got {seq!r} as sequence {i}")
+        match = np.all(rows.astype(np.int64) == np.asarray(seq, dtype=np.int64), axis=1)
+        out[match & (out == len(sequences))] = i
     return out
