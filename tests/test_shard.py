@@ -57,7 +57,7 @@ def test_two_ranks_give_one_process_samples_bit_for_bit(tmp_path, sampler: str) 
     ranks = _run(torchrun, tmp_path, OMP_NUM_THREADS="1")
     assert ranks.returncode == 0, ranks.stderr[-3000:]
     mine, theirs = _lines(alone.stdout), _lines(ranks.stdout)
-    assert len(mine) == 5 and mine[-1] == "check: PASS", alone.stdout
+    assert len(mine) == 6 and mine[-1] == "check: PASS", alone.stdout  # 4 tests, the digests, the verdict
     assert theirs == mine, (ranks.stdout, alone.stdout)
     assert "2 ranks" in ranks.stdout and ranks.stdout.count("samples digest") == 1  # rank 0 reports
 
