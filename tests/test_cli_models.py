@@ -287,17 +287,6 @@ def test_bench_greedy_compares_token_for_token(tmp_path: Path) -> None:
     assert main(["bench", "greedy", "--prompts", "99"]) == 2  # before any model loads
 
 
-def test_check_projects_tokens_onto_the_top_outcomes() -> None:
-    import numpy as np
-
-    from specsample.cli._check import project, top_outcomes
-
-    exact = np.array([0.1, 0.5, 0.0, 0.3, 0.1])
-    top, law = top_outcomes(exact, 3)
-    assert top.tolist() == [1, 3] and np.allclose(law, [0.5, 0.3, 0.2])
-    assert project(np.array([1, 3, 0, 4, 1]), top).tolist() == [0, 1, 2, 2, 0]
-
-
 def test_check_rejects_bad_arguments(capsys) -> None:  # type: ignore[no-untyped-def]
     from specsample.cli import main
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -19,25 +17,18 @@ from specsample._array import host_array
 from specsample.api.backend import CoreBackend
 from specsample.api.config import DEFAULT_K, Config
 from specsample.api.runner import Runner, load
-from specsample.bench import next_logits
+from specsample.cli._check_law import BINS, Panel, digest, exact_law, law_tests, plot
 from specsample.cli.options import add_model_options, config_from_args, sampling_given
 from specsample.core.params import SamplingParams
 from specsample.core.protocols import FeatureDrafter, TreeDrafter, reads_features
 from specsample.core.shard import Shard, join
 from specsample.core.verifiers import get_verifier
-from specsample.core.warp import warp
 from specsample.drafters.hybrid import HybridDrafter
 from specsample.drafters.model import ModelDrafter
 from specsample.drafters.suffix import is_suffix_tree_name
 from specsample.testing import (
-    FitResult,
-    HomogeneityResult,
     broken,
     detectable_tv,
-    goodness_of_fit,
-    homogeneity,
-    most_likely_sequences,
-    project_sequences,
     samples_needed,
     samples_needed_two_sample,
     tree_samples,
@@ -117,43 +108,6 @@ def _draw(fn: Any, n: int, rows: int, bar: tqdm, shard: Shard, **kwargs: Any) ->
 
     out = shard.run(-(-n // rows), call)
     return None if out is None else np.concatenate(out)[:n]
-
-
-def digest(*samples: np.ndarray) -> str:
-    """A short hash of sample arrays: equal digests, bit-identical samples."""
-    h = hashlib.sha256()
-    for s in samples:
-        h.update(np.ascontiguousarray(s, dtype=np.int64).tobytes())
-    return h.hexdigest()[:16]
-
-
-def _ids(tokens: np.ndarray) -> np.ndarray:
-    """One int64 outcome id per row of [n, 3] token ids (V^3 < 2^63 for V <= 2 million)."""
-    vocab = 1 << 21
-    ids: np.ndarray = (tokens[:, 0] * vocab + tokens[:, 1]) * vocab + tokens[:, 2]
-    return ids
-
-
-def top_outcomes(exact: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """The m - 1 most likely tokens and the law of (those tokens, everything else)."""
-    top = np.argsort(-exact, kind="stable")[: m - 1]
-    law = np.append(exact[top], max(0.0, 1.0 - float(exact[top].sum())))
-    return top, law / law.sum()
-
-
-def project(tokens: np.ndarray, top: np.ndarray) -> np.ndarray:
-    """Outcome i < len(top) for the i-th top token, len(top) for any other token.
-
-    A fixed function of the token: equal laws stay equal, so the test stays valid, and
-    the number of outcomes (hence the bound) is small.
-    """
-    out = np.full(tokens.shape, len(top), dtype=np.int64)
-    for i, token in enumerate(top):
-        out[tokens == token] = i
-    return out
-
-
-BINS = 8  # outcomes per test: the 7 most frequent and the rest (keeps the TV bound useful)
 
 
 def _engine(runner: Runner, args: argparse.Namespace, prompt: Any, params: SamplingParams,
@@ -342,7 +296,8 @@ def _report(runner: Runner, args: argparse.Namespace, prompt: Any, chosen: dict[
         ok &= passed
         panels.append(panel)
         records[name] = record
-    _plot(panels, args.plot, tokenizer)
+    plot(panels, args.plot, tokenizer)
+    print(f"wrote {args.plot}")
     out = args.plot.with_suffix(".json")
     out.write_text(json.dumps({
         "target": config.target or "default", "draft": config.draft or "default",
@@ -369,25 +324,6 @@ def _shape(drafter: Any) -> dict[str, Any]:
     return out
 
 
-Panel = tuple[str, np.ndarray, np.ndarray | None, np.ndarray]
-LENGTH = 3  # tokens per sample
-
-
-def exact_law(runner: Runner, prompt: Any, params: SamplingParams) -> Any:
-    """The law of the next token after `prompt` + a prefix: a function of the prefix (a tuple
-    of ids), float64 probabilities [V] on the host, from the target's logits under `params`."""
-    ids = [int(t) for t in host_array(prompt)[0]]
-
-    @functools.cache  # the first token's law serves both tests: one forward pass per prefix
-    def law_of(prefix: tuple[int, ...]) -> np.ndarray:
-        logits = next_logits(runner.target, runner.backend.asarray([[*ids, *prefix]]))
-        wide = logits.double() if hasattr(logits, "double") else logits.astype(np.float64)
-        out: np.ndarray = host_array(warp(wide, params))
-        return out
-
-    return law_of
-
-
 def _one(runner: Runner, args: argparse.Namespace, prompt: Any, name: str, params: SamplingParams,
          verifier: Any, shard: Shard) -> tuple[bool, Panel, dict[str, Any]]:
     """Sample, test and print one setting; (every test passed, the plot's panel, the JSON record)."""
@@ -401,24 +337,7 @@ def _one(runner: Runner, args: argparse.Namespace, prompt: Any, name: str, param
     bar.close()
     law_of = exact_law(runner, prompt, params)
     exact = law_of(())
-    top, expected = top_outcomes(exact, BINS)
-    # The BINS - 1 most likely 3-token sequences, fixed by the law before any sample is read.
-    sequences, masses = most_likely_sequences(law_of, count=BINS - 1, length=LENGTH)
-    rest = 1.0 - float(masses.sum())
-    # Where the sequences hold all the mass, the rest has none: a sample outside them fails at once.
-    sequence_law = np.append(masses, rest if rest > 1e-12 else 0.0)
-    results: dict[str, FitResult | HomogeneityResult] = {
-        f"first token, spec vs exact p (top {BINS - 1} + rest)": goodness_of_fit(
-            project(spec[:, 0], top), expected, alpha=args.alpha),
-        f"first {LENGTH} tokens, spec vs exact p (the {len(sequences)} most likely + rest)":
-            goodness_of_fit(project_sequences(spec, sequences), sequence_law / sequence_law.sum(),
-                            alpha=args.alpha),
-    }
-    if plain is not None:
-        results["first token, spec vs plain"] = homogeneity(spec[:, 0], plain[:, 0], alpha=args.alpha,
-                                                            bins=BINS)
-        results[f"first {LENGTH} tokens, spec vs plain"] = homogeneity(_ids(spec), _ids(plain),
-                                                                       alpha=args.alpha, bins=BINS)
+    results, sequences, masses = law_tests(spec, plain, law_of, args.alpha)
     seconds = time.perf_counter() - began
     print(f"{name} ({seconds:.0f} s): {params}")
     if float(exact.max()) > 1 - 1e-9:
@@ -444,28 +363,3 @@ def _one(runner: Runner, args: argparse.Namespace, prompt: Any, name: str, param
     }
     passed = all(r.passed for r in results.values())
     return passed, (name, spec[:, 0], None if plain is None else plain[:, 0], exact), record
-
-
-def _plot(panels: list[Panel], path: Path, tokenizer: Any) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3.2 * len(panels)), squeeze=False)
-    for ax, (name, spec, plain, exact) in zip(axes[:, 0], panels, strict=True):
-        top = np.argsort(-exact)[:15]
-        x = np.arange(len(top))
-        ax.bar(x - 0.27, [np.mean(spec == t) for t in top], 0.27, label="speculative")
-        if plain is not None:
-            ax.bar(x, [np.mean(plain == t) for t in top], 0.27, label="plain")
-        ax.bar(x + 0.27, exact[top], 0.27, label="exact p")
-        ax.set_xticks(x, [repr(tokenizer.decode([int(t)])) for t in top], rotation=45, fontsize=7)
-        ax.set_title(f"first generated token, {name}")
-        ax.set_ylabel("frequency")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"wrote {path}")
