@@ -251,3 +251,29 @@ def test_load_settles_the_default_k_by_the_drafter() -> None:
     assert other.target is rated.target and other.backend is rated.backend
     assert (other.config.draft, other.config.k, other.k_note) == ("lookup", DEFAULT_K, None)
     assert rated.with_drafter("early-exit:10@0.5").config.k == DEFAULT_K
+
+
+def test_prepare_measures_the_verify_costs_a_batch_reads_before_any_generation() -> None:
+    """`load` measures the verify's cost at every width a batch-1 round of `auto` may take;
+    `prepare(B)` does the same at B rows, so a generation at B measures nothing."""
+    from specsample.api.config import AUTO_K
+    from specsample.drafters.hybrid import HybridDrafter
+    from specsample.engine.cost import WidthCost, anchor_widths
+
+    runner = specsample.load(Config(backend="torch", temperature=0.7))
+    assert isinstance(runner.drafter, HybridDrafter) and runner.drafter.scheduler is not None
+    cost = runner.drafter.scheduler.width_cost
+    assert isinstance(cost, WidthCost)
+    anchors = set(anchor_widths(AUTO_K + 1))
+    assert {w for b, w in cost.measured if b == 1} == anchors
+    runner.generate([PROMPT], max_new_tokens=24)
+    assert {b for b, _ in cost.measured} == {1}
+    runner.prepare(2)
+    measured = dict(cost.measured)
+    assert {w for b, w in measured if b == 2} == anchors
+    runner.generate([PROMPT, "The history of paper"], max_new_tokens=24)
+    assert cost.measured == measured  # nothing measured during the generation
+    with pytest.raises(ValueError, match="batch: expected an int >= 1"):
+        runner.prepare(0)
+    lookup = specsample.load(Config(backend="torch", draft="lookup"))
+    lookup.prepare(4)  # measures nothing per width: returns

@@ -9,13 +9,13 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from specsample.api.config import AUTO_K
 from specsample.api.draft_names import compose_drafter, split_name
 from specsample.core.metrics import Costs
 from specsample.core.params import SamplingParams
@@ -30,6 +30,7 @@ from specsample.drafters.lookup import PromptLookupDrafter
 from specsample.drafters.model import DraftRating, ModelDrafter
 from specsample.drafters.suffix import is_suffix_tree_name, suffix_tree
 from specsample.engine import scheduler
+from specsample.engine.cost import WidthCost
 
 from ._fast import hf_config
 from .compat import check_compatible
@@ -270,17 +271,21 @@ def _fastest_head(drafter: Drafter, target: HFModel) -> Drafter:
                            rating=dataclasses.replace(drafter.rating, note=note))
 
 
-def _width_cost(target: HFModel) -> Callable[[int, int], float]:
+# One verify-cost table per target: every drafter loaded for it reads the same measurements.
+_WIDTH_COSTS: weakref.WeakKeyDictionary[HFModel, WidthCost] = weakref.WeakKeyDictionary()
+
+
+def _width_cost(target: HFModel) -> WidthCost:
     """(batch, width) -> a target forward's cost at that width over one position, measured on
-    this machine when first asked (`specsample.engine.cost.WidthCost`, a 64-token context)."""
-    from specsample.engine.cost import WidthCost
-
-    measure = WidthCost(target, (torch.arange(1, 65, device=target.device) % target.vocab_size)[None, :])
-
-    def cost(batch: int, width: int) -> float:
-        with torch.no_grad():
-            return measure(batch, width)
-    return cost
+    this machine (`specsample.engine.cost.WidthCost`, a 64-token context): at batch 1 up to
+    the widths of `auto`'s longest round (AUTO_K + 1) when first asked for this target, other
+    batches when first used."""
+    measure = _WIDTH_COSTS.get(target)
+    if measure is None:
+        measure = WidthCost(target, (torch.arange(1, 65, device=target.device) % target.vocab_size)[None, :])
+        measure.prepare(1, AUTO_K + 1)
+        _WIDTH_COSTS[target] = measure
+    return measure
 
 
 def _cost_ratio(target: HFModel, drafter: ModelDrafter) -> float:

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from specsample._array import check_int
 from specsample.api.backend import Backend, Tokenizer
 from specsample.api.config import AUTO_K, DEFAULT_K, Config
 from specsample.api.registry import get_backend
@@ -114,6 +115,22 @@ class Runner:
         overrides.setdefault("prompt_lengths", lengths)
         return ids, self.options(**overrides)
 
+    def prepare(self, batch: int = 1) -> None:
+        """Measure now what the drafter's choices read at `batch` rows and have not measured
+        yet: the verify's cost at the widths a round may take (`auto`'s narrowing, a grown
+        tree's budget; `specsample.engine.cost.WidthCost`). Otherwise each is measured when a
+        generation first needs it, which pauses that generation (about a second per width on
+        two CPU cores); `load` measures batch 1. A drafter that measures nothing per width
+        returns at once.
+
+        Args:
+            batch: the rows of the generations to come, >= 1.
+        """
+        check_int("batch", batch, 1)
+        widest = max(self.config.policy().k_max, int(getattr(self.drafter, "nodes", 0) or 0)) + 1
+        for cost in _width_costs(self.drafter):
+            cost.prepare(batch, widest)
+
     def iterate(self, prompts: Prompts, *, max_new_tokens: int, **overrides: Any) -> Iterator[Step]:
         """Speculative rounds on the backend's engine; `overrides` are RunOptions fields."""
         ids, run = self._inputs(prompts, {"max_new_tokens": max_new_tokens, **overrides})
@@ -184,8 +201,10 @@ def load(config: Config | None = None, *, target: str | None = None, draft: str 
     model = backend.load_target(spec)
     drafter = backend.load_drafter(draft if draft is not None else config.draft, model)
     config, note = _settle_k(config, backend, model, drafter)
-    return Runner(config=config, backend=backend, target=model, drafter=drafter, tokenizer=tokenizer,
-                  k_note=note)
+    runner = Runner(config=config, backend=backend, target=model, drafter=drafter, tokenizer=tokenizer,
+                    k_note=note)
+    runner.prepare(1)  # the verify's costs a batch-1 round reads: no generation stops to measure
+    return runner
 
 
 def _settle_k(config: Config, backend: Backend, target: Model, drafter: Drafter) -> tuple[Config, str | None]:
@@ -198,3 +217,15 @@ def _settle_k(config: Config, backend: Backend, target: Model, drafter: Drafter)
     rated = backend.default_k(target, drafter)
     k, note = (DEFAULT_K, None) if rated is None else rated
     return dataclasses.replace(config, k=k), note
+
+
+def _width_costs(drafter: Drafter) -> list[Any]:
+    """The verify-cost tables (objects with `prepare(batch, widest)`) that `drafter`'s choices
+    read: its scheduler's, its tree budget's, its rating's; each once."""
+    gate = drafter.scheduler if isinstance(drafter, HybridDrafter) else None
+    budget = getattr(drafter, "budget", None)
+    rating = getattr(drafter, "rating", None)
+    found = [getattr(gate, "width_cost", None), getattr(getattr(budget, "costs", None), "width", None),
+             getattr(getattr(rating, "costs", None), "width", None)]
+    unique = {id(cost): cost for cost in found if callable(getattr(cost, "prepare", None))}
+    return list(unique.values())

@@ -70,6 +70,7 @@ def batch(runner: Runner, *, max_new_tokens: int = 64, prompts: Sequence[str] = 
     records: list[dict[str, Any]] = []
     for size in sorted(sizes):
         chunks = [[r] for r in rows] if size == 1 else [[rows[i % len(rows)] for i in range(size)]]
+        runner.prepare(size)  # the verify's costs at this size, measured before any timed run
         runner.generate(chunks[0], **{**kw, "max_new_tokens": 4})  # warm-up at this size
         runner.generate_plain(chunks[0], **{**kw, "max_new_tokens": 4})
         rates: dict[str, list[float]] = {"spec": [], "plain": []}

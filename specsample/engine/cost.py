@@ -22,7 +22,7 @@ from specsample.core.protocols import (
 from specsample.core.rng import uniforms
 from specsample.core.shard import agree
 
-__all__ = ["WidthCost", "measure_cost_ratio", "next_logits", "timings"]
+__all__ = ["WidthCost", "anchor_widths", "measure_cost_ratio", "next_logits", "timings"]
 
 
 def next_logits(target: Model, prompt: Any) -> Any:
@@ -128,15 +128,34 @@ def measure_cost_ratio(target: Model, drafter: Drafter, prompt: Any, params: Sam
     return agree(_ratio_in_turn(draft_step, target_step, repeats))
 
 
+def anchor_widths(widest: int) -> list[int]:
+    """The widths `WidthCost` measures to cover widths 2..`widest`: 2, 3, 4, 5, then
+    2^i + 1 (9, 17, 33, ...), up to the first at or above `widest`. A round's width is a
+    power of two of drafts plus one (`specsample.engine.ratings.batch_width`'s halves) or a
+    row's own length, so the common widths are measured and the others lie between two."""
+    check_int("widest", widest, 1)
+    out: list[int] = []
+    width = 2
+    while not out or out[-1] < widest:
+        out.append(width)
+        width = width + 1 if width < 5 else 2 * width - 1
+    return out
+
+
 class WidthCost:
     """(batch, width) -> the time of a target forward of `width` positions per row over that of
     one position, at `batch` rows: what a round that verifies width - 1 drafts per row costs
     in plain steps (`specsample.engine.ratings.batch_width`).
 
-    Each pair is measured once, when first asked (a prefill of `prompt` in every row, then
-    the medians of `repeats` timed forwards of each width at the same cache position, the
-    two widths in turn), and kept. In a distributed run every rank keeps rank 0's value, so
-    ranks choose alike.
+    Only the anchor widths (`anchor_widths`) are measured, each once per batch when first
+    needed (a prefill of `prompt` in every row, then the medians of `repeats` timed forwards
+    of that width and of one position at the same cache position, in turn), and kept; a
+    width between two anchors is interpolated linearly. A forward of more positions never
+    costs less, so an anchor's value is the largest measured at or below its width: timing
+    noise cannot make a wider round look cheaper. `prepare` measures the anchors up to a
+    width ahead of time (at load, or in a warm-up), so that a generation does not stop
+    for a measurement. In a distributed run every rank keeps rank 0's values, so ranks
+    choose alike.
 
     Args:
         target: the target model.
@@ -150,6 +169,7 @@ class WidthCost:
         if len(prompt.shape) != 2 or int(prompt.shape[0]) != 1 or int(prompt.shape[1]) < 1:
             raise ValueError(f"prompt: expected ids of shape [1, T] with T >= 1, got {list(prompt.shape)}")
         self.target, self.prompt, self.repeats = target, prompt, check_int("repeats", repeats, 1)
+        # (batch, anchor width) -> the measured ratio
         self.measured: dict[tuple[int, int], float] = {}
 
     def __call__(self, batch: int, width: int) -> float:
@@ -157,9 +177,28 @@ class WidthCost:
         check_int("width", width, 1)
         if width == 1:
             return 1.0
-        if (batch, width) not in self.measured:
-            self.measured[batch, width] = agree(self._measure(batch, width))
-        return self.measured[batch, width]
+        anchors = anchor_widths(width)
+        hi = anchors[-1]
+        lo = anchors[-2] if len(anchors) > 1 and hi > width else hi
+        for anchor in dict.fromkeys((lo, hi)):
+            self._ensure(batch, anchor)
+        at_lo, at_hi = self._monotone(batch, lo), self._monotone(batch, hi)
+        if hi == lo:
+            return at_lo
+        return at_lo + (at_hi - at_lo) * (width - lo) / (hi - lo)
+
+    def prepare(self, batch: int, widest: int) -> None:
+        """Measure now every anchor that widths up to `widest` at `batch` rows read."""
+        check_int("batch", batch, 1)
+        for anchor in anchor_widths(check_int("widest", widest, 1)):
+            self._ensure(batch, anchor)
+
+    def _ensure(self, batch: int, anchor: int) -> None:
+        if (batch, anchor) not in self.measured:
+            self.measured[batch, anchor] = agree(self._measure(batch, anchor))
+
+    def _monotone(self, batch: int, anchor: int) -> float:
+        return max(v for (b, w), v in self.measured.items() if b == batch and w <= anchor)
 
     def _measure(self, batch: int, width: int) -> float:
         from specsample._array import namespace
