@@ -339,3 +339,47 @@ def test_taps_the_target_lacks_are_refused_before_any_sampling(tmp_path, tiny: H
         distill(tiny, loading.load_tokenizer("smollm2"), dataclasses.replace(V2, taps="2"),
                 tmp_path / "h.safetensors", progress=lambda name, done, total: stages.append(name))
     assert not stages and tiny.taps == ()
+
+
+def test_more_samples_per_prompt_take_their_own_seeds_and_the_next_temperatures(
+        tmp_path, tiny: HFModel, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """samples = 2: every prompt (open and grounded) sampled twice, the second time at the
+    next temperature in turn and with other uniforms; a folder written before the field
+    existed reads as samples = 1."""
+    tokenizer = loading.load_tokenizer("smollm2")
+    twice = dataclasses.replace(V2, samples=2)
+    calls: list[tuple[float, int]] = []
+    real = data_module._sample_batch
+
+    def record(target, chunk, params, new_tokens, eos, seed):  # type: ignore[no-untyped-def]
+        calls.append((params.temperature, seed))
+        return real(target, chunk, params, new_tokens, eos, seed)
+
+    monkeypatch.setattr(data_module, "_sample_batch", record)
+    stages: list[str] = []
+    card = distill(tiny, tokenizer, twice, tmp_path / "h.safetensors", checkpoint=tmp_path / "run",
+                   progress=lambda name, done, total: stages.append(name))
+    assert card["training_rows"] == 2 * (V2.prompts + V2.grounded)
+    assert [s for s in dict.fromkeys(stages) if s.startswith("sampling")] == [
+        "sampling", "sampling grounded", "sampling 2", "sampling grounded 2"]
+    temperatures = V2.sampling_temperatures()
+    first, second = calls[:len(calls) // 2], calls[len(calls) // 2:]
+    # Open prompt i is sampled at temperature i mod 3, then at i + 1 mod 3.
+    open_batches = [members for _, members in data_module._batches(V2.prompts, V2.batch, len(temperatures))]
+    for b, members in enumerate(open_batches):
+        assert first[b][0] == temperatures[members[0] % 3]
+        assert second[b][0] == temperatures[(members[0] + 1) % 3]
+    assert not {seed for _, seed in first} & {seed for _, seed in second}
+    # A folder from before the field: its plan has no "samples", which reads as 1.
+    record_file = tmp_path / "old" / "run.json"
+    distill(tiny, tokenizer, V2, tmp_path / "a.safetensors", checkpoint=tmp_path / "old")
+    written = json.loads(record_file.read_text())
+    del written["plan"]["samples"]
+    record_file.write_text(json.dumps(written))
+    calls.clear()
+    distill(tiny, tokenizer, V2, tmp_path / "b.safetensors", checkpoint=tmp_path / "old")
+    assert not calls  # the samples were read back
+    with pytest.raises(ValueError, match=r"holds a run with other settings \(samples\)"):
+        distill(tiny, tokenizer, twice, tmp_path / "c.safetensors", checkpoint=tmp_path / "old")
+    with pytest.raises(ValueError, match="samples: expected"):
+        DistillPlan(samples=0)

@@ -72,11 +72,11 @@ def _batches(count: int, batch: int, groups: int) -> list[tuple[int, list[int]]]
 
 
 def sample_rows(target: HFModel, tokenizer: Any, texts: Sequence[str], plan: DistillPlan, seed: int,
-            progress: Progress, stage: str, folder: Path | None = None) -> list[Row]:
+            progress: Progress, stage: str, folder: Path | None = None, *, shift: int = 0) -> list[Row]:
     """Plain sampling of each prompt, batched, keeping what every forward computes anyway:
     the features and the logits' log-normaliser of each position (no second pass).
 
-    Prompt i is sampled at the plan's i-th temperature in turn. A row holds the prompt and
+    Prompt i is sampled at the plan's (i + shift)-th temperature in turn. A row holds the prompt and
     the sampled tokens except the last one, whose features no forward computed. The tokens
     are those `generate_plain` samples with the same seed. With a `folder`, each batch's rows
     are written there when it finishes and read back instead of sampled again.
@@ -85,7 +85,7 @@ def sample_rows(target: HFModel, tokenizer: Any, texts: Sequence[str], plan: Dis
     temperatures = plan.sampling_temperatures()
     rows: list[Row | None] = [None] * len(prompts)
     for start, members in _batches(len(prompts), plan.batch, len(temperatures)):
-        params = SamplingParams(temperature=temperatures[members[0] % len(temperatures)])
+        params = SamplingParams(temperature=temperatures[(members[0] + shift) % len(temperatures)])
         saved = None if folder is None else folder / f"{stage.replace(' ', '-')}-{start:06d}.pt"
         if saved is not None and saved.is_file():
             got = [(ids, f.float(), n) for ids, f, n in torch.load(saved)]
@@ -160,7 +160,10 @@ def vocabulary(rows: Sequence[list[int]], size: int, total: int, keep: Sequence[
     return torch.tensor(sorted(chosen), dtype=torch.int64)
 
 
-SAMPLING_FIELDS = ("prompts", "grounded", "new_tokens", "temperature", "temperatures", "batch", "seed")
+SAMPLING_FIELDS = ("prompts", "grounded", "new_tokens", "temperature", "temperatures", "samples", "batch",
+                   "seed")
+# A folder written before a field existed ran at its default.
+_DEFAULTS = {"samples": 1}
 
 
 def _sampling(plan: DistillPlan) -> dict[str, Any]:
@@ -188,7 +191,8 @@ def checkpoint_folder(folder: str | Path | None, plan: DistillPlan, target: HFMo
     record = folder / "run.json"
     if record.is_file():
         earlier = json.loads(record.read_text())
-        differ = sorted(k for k in settings if earlier.get("plan", {}).get(k) != settings[k])
+        differ = sorted(k for k in settings
+                        if earlier.get("plan", {}).get(k, _DEFAULTS.get(k)) != settings[k])
         if earlier.get("target_fingerprint") != run["target_fingerprint"]:
             differ.append("target")
         if differ:

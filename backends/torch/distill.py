@@ -68,6 +68,8 @@ __all__ = ["FAN_OUT_NODES", "HELD_OUT_TEMPERATURES", "SAVE_EVERY", "distill", "e
 
 # The widest fan-out whose held-out hit rate a card records.
 FAN_OUT_NODES = 8
+# Seeds apart of the plan's samples j and j + 1 (more than the prompts of both kinds).
+SAMPLE_SEEDS = 1_000_000
 # Training steps between two saves of the training state to a checkpoint folder.
 SAVE_EVERY = 100
 
@@ -283,13 +285,22 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     began = time.perf_counter()
     torch.manual_seed(plan.seed)
     with torch.no_grad():
-        data = sample_rows(target, tokenizer, training_prompts(plan.prompts), plan, plan.seed, report,
-                       "sampling", folder)
+        texts = training_prompts(plan.prompts)
+        data = sample_rows(target, tokenizer, texts, plan, plan.seed, report, "sampling", folder)
+        grounded: list[str] = []
         if plan.grounded:
             passages = [passage(tokenizer, ids[len(encode_text(tokenizer, t)):].tolist())
-                        for (ids, _, _), t in zip(data, training_prompts(plan.prompts), strict=True)]
-            data += sample_rows(target, tokenizer, grounded_prompts(passages, plan.grounded), plan,
-                            plan.seed + len(data), report, "sampling grounded", folder)
+                        for (ids, _, _), t in zip(data, texts, strict=True)]
+            grounded = grounded_prompts(passages, plan.grounded)
+            data += sample_rows(target, tokenizer, grounded, plan, plan.seed + len(data), report,
+                                "sampling grounded", folder)
+        for j in range(1, plan.samples):  # further samples: own seeds, the next temperatures
+            seed = plan.seed + SAMPLE_SEEDS * j
+            data += sample_rows(target, tokenizer, texts, plan, seed, report, f"sampling {j + 1}", folder,
+                                shift=j)
+            if grounded:
+                data += sample_rows(target, tokenizer, grounded, plan, seed + len(texts), report,
+                                    f"sampling grounded {j + 1}", folder, shift=j)
     rows = [ids.tolist() for ids, _, _ in data]
     keep = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
     head = DraftHead(target, vocab=vocabulary(rows, plan.vocab, target.vocab_size, keep),

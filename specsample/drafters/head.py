@@ -181,6 +181,10 @@ class DistillPlan:
             sampling batch.
         temperatures: "" (every prompt at `temperature`), or comma-separated temperatures
             the prompts take in turn (e.g. "0,0.7,1").
+        samples: continuations sampled per prompt (open and grounded), each with its own
+            seed; the j-th sample of prompt i takes the (i + j)-th temperature in turn, so
+            up to as many samples as temperatures give each prompt each temperature once (a
+            prompt sampled twice at temperature 0 gives the same row twice).
         vocab: the draft vocabulary's size (the most frequent sampled tokens), 0 for all.
         epochs, lr, batch_rows, feature_weight, logit_weight, noise: training (rows per
             step; loss weights; feature noise, as a fraction of the features' std).
@@ -199,6 +203,7 @@ class DistillPlan:
     new_tokens: int = 96
     temperature: float = 0.7
     temperatures: str = ""
+    samples: int = 1
     batch: int = 32
     vocab: int = 8192
     epochs: int = 4
@@ -215,7 +220,7 @@ class DistillPlan:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("prompts", "new_tokens", "batch", "epochs", "batch_rows", "unroll", "k",
+        for name in ("prompts", "new_tokens", "samples", "batch", "epochs", "batch_rows", "unroll", "k",
                      "held_out_tokens"):
             check_int(name, getattr(self, name), 1)
         if not isinstance(self.unroll_weight, (int, float)) or isinstance(self.unroll_weight, bool) or \
