@@ -84,6 +84,9 @@ def generate_text(runner: Runner, prompts: Sequence[str], max_new: int, *, strea
     ids, lengths = runner.encode(list(prompts))
     rows = [int(n) for n in lengths]
     c = measure_cost_ratio(runner.target, runner.drafter, ids[:1, :rows[0]], config.params())
+    if len(rows) > 1:  # measured now, not as pauses inside the timed generation
+        print(f"(measuring the verify's cost at {len(rows)} rows, once...)", flush=True)
+        runner.prepare(len(rows))
     steps = runner.iterate(ids, max_new_tokens=max_new, k=config.policy(measured_c=c), prompt_lengths=lengths)
     began = time.perf_counter()
     if stream:
