@@ -34,7 +34,7 @@ from specsample.drafters.confidence import HeadConfidenceTreeDrafter
 from specsample.drafters.head import HeadDrafter, HeadTreeDrafter
 from specsample.drafters.hybrid import FeatureHybridDrafter
 from specsample.drafters.lookup import PromptLookupDrafter
-from specsample.engine.generate import generate, generate_plain
+from specsample.engine.generate import generate, generate_plain, iterate
 from specsample.engine.round import start
 from specsample.engine.scheduler import Prior, Scheduler
 from specsample.testing import goodness_of_fit, homogeneity
@@ -233,6 +233,21 @@ def test_a_fanning_out_hybrid_mixes_siblings_and_copied_chains_in_one_round(targ
     assert len(set(tree.tokens[1].tolist())) == 3 and set(tree.tokens[1].tolist()) <= {0, 1, 3, 4, 6}
     assert proposal.lengths is not None and proposal.lengths.tolist() == [3, 3]
     assert proposal.state.drafted.tolist() == [0, 1]
+
+
+def test_a_fanning_out_hybrids_rounds_file_its_hit_rate(target: HFModel) -> None:
+    """Through `generate`: the rounds' evidence on the head's fan-out (what `auto` rates a
+    round's width by, `Metrics.alpha_at`) is the hybrid's own per-row record, one trial per
+    row and round, hits over trials."""
+    head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6])))
+    hybrid = FeatureHybridDrafter(HeadDrafter(head),
+                                  scheduler=Scheduler(cost_ratio=0.0, prior=Prior(0.9, 8.0), fan_out=2))
+    ids = torch.tensor([[5, 7, 1, 6, 0, 2], [4, 1, 6, 3, 0, 1]])
+    steps = list(iterate(target, hybrid, ids, max_new_tokens=12, k=2, params=GREEDY, seed=0))
+    metrics, state = steps[-1].metrics, steps[-1].state.draft_state
+    trials, hits = int(metrics.trials_at[2]), int(metrics.accepted_at[2])
+    assert trials == int(state.trials.sum()) and hits == int(state.accepted.sum())
+    assert trials >= 2 and 0 < hits < trials, (hits, trials)
 
 
 def test_auto_fans_a_head_out_as_its_card_and_the_verify_cost_rate_fastest(target: HFModel) -> None:

@@ -241,6 +241,27 @@ def test_tally_files_copies_apart_from_model_drafts() -> None:
               copied=[True])
 
 
+def test_tally_counts_a_fan_outs_siblings_as_one_trial_a_round() -> None:
+    """Siblings (a head's fan-out of 3): at most one is accepted, so a round is one trial, a
+    hit or not, and the rate filed is the hit rate; filed as a chain (negative control) the
+    same rounds read hits / (rounds + hits)."""
+    rounds = ((1, 2), (0, 1), (1, 2), (0, 1))  # (accepted, emitted): hit, miss, hit, miss
+    m = chain = Metrics()
+    for accepted, emitted in rounds:
+        kw = dict(k=3, accepted=[accepted, 2], emitted=[emitted, 3], active=[True, True], elapsed_s=1.0,
+                  drafted=[3, 2], wanted=[3, 2], copied=[False, True])
+        m = tally(m, siblings=[True, False], **kw)  # type: ignore[arg-type]
+        chain = tally(chain, **kw)  # type: ignore[arg-type]
+    assert m.accepted_at == (0, 0, 0, 2) and m.trials_at == (0, 0, 0, 4)
+    assert m.alpha_at(3, 0.0, 0.0) == 0.5
+    assert chain.alpha_at(3, 0.0, 0.0) == pytest.approx(2 / 6)
+    # The copying row's chain is filed as before, apart.
+    assert m.copied_accepted_at == chain.copied_accepted_at == (0, 0, 8)
+    with pytest.raises(ValueError, match="siblings: expected 2 flags"):
+        tally(Metrics(), k=3, accepted=[1, 0], emitted=[2, 1], active=[True, True], elapsed_s=1.0,
+              siblings=[True])
+
+
 def test_a_hybrids_prediction_prices_each_kind_of_round_at_its_own_cost() -> None:
     """Copy rounds (every drafting row copied) at their own acceptance and copy_c, model
     rounds at the model drafts' acceptance and c; plain steps at one token a forward."""

@@ -89,7 +89,9 @@ class Metrics:
             (a drafter's short and long proposals are accepted at different rates). Rows
             whose proposal was a copy of earlier context (a hybrid drafter's prompt lookup
             rows) are counted apart, in copied_accepted_at and copied_trials_at: a copy and a
-            model draft of the same length are accepted at very different rates.
+            model draft of the same length are accepted at very different rates. A row whose
+            drafts were siblings (a head's fan-out: at most one of them is accepted) counts
+            one trial a round, a hit or not, so its rate is the fan-out's hit rate.
         copied_k_counts: copied_k_counts[k] = rounds run with K = k >= 1 in which every row
             that drafted proposed a copy (no draft model ran: `predicted_speedup` prices them
             at the copying drafter's own cost).
@@ -211,7 +213,8 @@ def _rate(accepted_at: tuple[int, ...], trials_at: tuple[int, ...]) -> float:
 
 def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
           active: list[bool], elapsed_s: float, drafted: list[int] | None = None,
-          wanted: list[int] | None = None, copied: list[bool] | None = None) -> Metrics:
+          wanted: list[int] | None = None, copied: list[bool] | None = None,
+          siblings: list[bool] | None = None) -> Metrics:
     """Add one round (per-row accepted and emitted counts) to `metrics`.
 
     `drafted` gives the drafts each row verified when rows differ (default: k each); a row
@@ -219,9 +222,12 @@ def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
     row asked for, under which its acceptance is filed (`accepted_at`; default: `drafted`);
     `copied` says which rows proposed a copy (filed in `copied_accepted_at`; default: none);
     a round of K >= 1 in which every row that drafted copied counts in `copied_k_counts`.
+    `siblings` says which rows' drafts were siblings (default: none): such a row counts one
+    trial, accepted or not.
     """
-    if copied is not None and len(copied) != len(active):
-        raise ValueError(f"copied: expected {len(active)} flags (one per row), got {len(copied)}")
+    for name, flags in (("copied", copied), ("siblings", siblings)):
+        if flags is not None and len(flags) != len(active):
+            raise ValueError(f"{name}: expected {len(active)} flags (one per row), got {len(flags)}")
     histogram = metrics.histogram
     evidence = {False: (metrics.accepted_at, metrics.trials_at),
                 True: (metrics.copied_accepted_at, metrics.copied_trials_at)}
@@ -233,8 +239,9 @@ def tally(metrics: Metrics, *, k: int, accepted: list[int], emitted: list[int],
             asked = own[i] if wanted is None else max(wanted[i], own[i])
             kind = bool(copied[i]) if copied is not None else False
             accepted_at, trials_at = evidence[kind]
-            evidence[kind] = (_add_at(accepted_at, asked, accepted[i]),
-                              _add_at(trials_at, asked, accepted[i] + (accepted[i] < own[i])))
+            sibling = siblings is not None and siblings[i]
+            trials = 1 if sibling else accepted[i] + (accepted[i] < own[i])
+            evidence[kind] = (_add_at(accepted_at, asked, accepted[i]), _add_at(trials_at, asked, trials))
     return dataclasses.replace(
         metrics,
         rounds=metrics.rounds + 1,

@@ -63,6 +63,14 @@ def _round_k(xp: object, drafter: Drafter, state: State, wanted: int, metrics: M
     return k, xp.minimum(lengths, k), wanted_by_row, copied  # type: ignore[attr-defined]
 
 
+def _siblings(drafter: Drafter, wanted: list[int], copied: list[bool] | None) -> list[bool] | None:
+    """Rows whose drafts this round are a fan-out's siblings (a hybrid with a fan-out: the rows
+    that draft from its model), or None where no row's are."""
+    if not isinstance(drafter, HybridDrafter) or not drafter.fan_out or copied is None:
+        return None
+    return [n >= 1 and not copy for n, copy in zip(wanted, copied, strict=True)]
+
+
 def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOptions) -> Iterator[Step]:
     """Speculative rounds until every row stops, yielding after each (see `iterate`); with a
     tree drafter (`specsample.core.protocols.TreeDrafter`), tree rounds."""
@@ -88,7 +96,8 @@ def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOption
         state, result = round_step(state, target, drafter, k=k, params=run.params, uniforms=u,
                                    eos=run.eos_token_id, check=run.check, verifier=verifier,
                                    draft_lengths=draft_lengths)
-        metrics = tally_round(metrics, result, k=k, began=began, wanted=wanted, copied=copied)
+        metrics = tally_round(metrics, result, k=k, began=began, wanted=wanted, copied=copied,
+                              siblings=_siblings(drafter, wanted, copied))
         yield Step(index=index, k=k, result=result, state=state, metrics=metrics)
         index += 1
 

@@ -98,10 +98,11 @@ def capacity_for(capacity: int | None, needed: int, extra: str = "K_max") -> int
 
 
 def tally_round(metrics: Metrics, result: RoundResult, *, k: int, began: float,
-                wanted: list[int] | None = None, copied: list[bool] | None = None) -> Metrics:
+                wanted: list[int] | None = None, copied: list[bool] | None = None,
+                siblings: list[bool] | None = None) -> Metrics:
     """`metrics` plus one round's counts (one host read) and its time since `began`; with
-    `wanted` (and `copied`), each row's acceptance is filed under the draft length it wanted
-    (and its kind; see `tally`)."""
+    `wanted` (and `copied`, `siblings`), each row's acceptance is filed under the draft length
+    it wanted (and its kind; see `tally`)."""
     xp = namespace(result.emitted)
     batch = int(result.emitted.shape[0])
     counts = host_ints(xp.concat([xp.astype(a, xp.int64) for a in (
@@ -109,7 +110,7 @@ def tally_round(metrics: Metrics, result: RoundResult, *, k: int, began: float,
     return tally(metrics, k=k, accepted=counts[:batch], emitted=counts[batch:2 * batch],
                  active=[bool(v) for v in counts[2 * batch:3 * batch]],
                  elapsed_s=time.perf_counter() - began, drafted=counts[3 * batch:], wanted=wanted,
-                 copied=copied)
+                 copied=copied, siblings=siblings)
 
 
 def last_step(steps: Iterator[Step]) -> Step:
