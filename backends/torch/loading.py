@@ -271,20 +271,18 @@ def _fastest_head(drafter: Drafter, target: HFModel) -> Drafter:
                            rating=dataclasses.replace(drafter.rating, note=note))
 
 
-# One verify-cost table per target: every drafter loaded for it reads the same measurements.
-_WIDTH_COSTS: weakref.WeakKeyDictionary[HFModel, WidthCost] = weakref.WeakKeyDictionary()
-
-
 def _width_cost(target: HFModel) -> WidthCost:
     """(batch, width) -> a target forward's cost at that width over one position, measured on
     this machine (`specsample.engine.cost.WidthCost`, a 64-token context): at batch 1 up to
     the widths of `auto`'s longest round (AUTO_K + 1) when first asked for this target, other
-    batches when first used."""
-    measure = _WIDTH_COSTS.get(target)
-    if measure is None:
+    batches when first used. One table per target, kept on the target itself (the table
+    refers to the target, so a cache keyed by it would keep every target alive), so every
+    drafter loaded for it reads the same measurements."""
+    measure = getattr(target, "verify_costs", None)
+    if not isinstance(measure, WidthCost):
         measure = WidthCost(target, (torch.arange(1, 65, device=target.device) % target.vocab_size)[None, :])
         measure.prepare(1, AUTO_K + 1)
-        _WIDTH_COSTS[target] = measure
+        target.verify_costs = measure
     return measure
 
 

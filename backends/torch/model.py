@@ -110,6 +110,9 @@ class HFModel:
         if parallel is not None:
             parallel.shard(model)
         self.parallel = parallel
+        # The verify's cost per width on this machine (`loading._width_cost`), measured once
+        # for this target and shared by every drafter loaded for it.
+        self.verify_costs: Any = None
         self.module = model.eval()
         first = next(model.parameters())
         self.dtype, self.device = first.dtype, first.device
