@@ -15,7 +15,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from specsample.api.config import AUTO_K
 from specsample.api.draft_names import compose_drafter, split_name
 from specsample.core.metrics import Costs
 from specsample.core.params import SamplingParams
@@ -273,15 +272,14 @@ def _fastest_head(drafter: Drafter, target: HFModel) -> Drafter:
 
 def _width_cost(target: HFModel) -> WidthCost:
     """(batch, width) -> a target forward's cost at that width over one position, measured on
-    this machine (`specsample.engine.cost.WidthCost`, a 64-token context): at batch 1 up to
-    the widths of `auto`'s longest round (AUTO_K + 1) when first asked for this target, other
-    batches when first used. One table per target, kept on the target itself (the table
-    refers to the target, so a cache keyed by it would keep every target alive), so every
-    drafter loaded for it reads the same measurements."""
+    this machine (`specsample.engine.cost.WidthCost`, a 64-token context), each width when
+    first needed (`Runner.prepare`, which `specsample.load` runs, measures the widths a
+    drafter's batch-1 rounds may take). One table per target, kept on the target itself (the
+    table refers to the target, so a cache keyed by it would keep every target alive), so
+    every drafter loaded for it reads the same measurements."""
     measure = getattr(target, "verify_costs", None)
     if not isinstance(measure, WidthCost):
         measure = WidthCost(target, (torch.arange(1, 65, device=target.device) % target.vocab_size)[None, :])
-        measure.prepare(1, AUTO_K + 1)
         target.verify_costs = measure
     return measure
 

@@ -173,7 +173,9 @@ class Runner:
         drafter = self.backend.load_drafter(name, self.target)
         config, note = _settle_k(dataclasses.replace(self.config, draft=name, k=None), self.backend,
                                  self.target, drafter)
-        return dataclasses.replace(self, config=config, drafter=drafter, k_note=note)
+        runner = dataclasses.replace(self, config=config, drafter=drafter, k_note=note)
+        runner.prepare(1)  # as `load` does
+        return runner
 
     def decode(self, generation: Generation) -> Generation:
         """`generation` with `texts`: each row's generated ids decoded."""
