@@ -250,6 +250,30 @@ def test_a_fanning_out_hybrids_rounds_file_its_hit_rate(target: HFModel) -> None
     assert trials >= 2 and 0 < hits < trials, (hits, trials)
 
 
+def test_a_narrowed_rounds_copies_and_siblings_are_what_it_proposes(target: HFModel) -> None:
+    """A round the scheduler narrows below the K it planned at files each row as what it
+    proposes at the narrower width: a row whose match is short at K = 8 but whole at 2
+    copies at 2, and is filed as a copy, not as a sibling of the head's fan-out. Checked
+    round by round against the hybrid's own record of the rows that drafted from the head
+    (255 rounds over 12 seeds; the plan at K = 8 alone misfiles 12 of them)."""
+    head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6])))
+    ids = torch.tensor([[5, 7, 1, 6, 5, 7, 2, 5, 7, 1], [4, 1, 6, 3, 4, 1, 6, 2, 4, 1]])
+    narrowed = 0
+    for seed in range(12):
+        gate = Scheduler(cost_ratio=0.0, prior=Prior(0.9, 8.0), fan_out=2,
+                         width_cost=lambda batch, width: 1 + 0.05 * (width - 1))
+        hybrid = FeatureHybridDrafter(HeadDrafter(head), scheduler=gate)
+        filed, record = 0, torch.zeros(2, dtype=torch.int64)
+        for step in iterate(target, hybrid, ids, max_new_tokens=24, k=8,
+                            params=SamplingParams(temperature=1.0), seed=seed):
+            trials = step.state.draft_state.trials
+            now = sum(step.metrics.trials_at)
+            assert now - filed == int(((trials - record) * step.result.active).sum()), (seed, step.index)
+            filed, record = now, trials.clone()
+            narrowed += 0 < step.k < 8
+    assert narrowed >= 100, narrowed
+
+
 def test_auto_fans_a_head_out_as_its_card_and_the_verify_cost_rate_fastest(target: HFModel) -> None:
     """`auto` over a head whose card gives fan-out hit rates takes the fan-out m that
     `fastest_fan_out` rates fastest from c and the verify's cost, and starts its rows from

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from specsample._array import Array, device, host_ints, namespace
 from specsample.core.cache import rollback
@@ -25,11 +26,19 @@ from specsample.engine.tree import run_tree_rounds
 __all__ = ["generate", "generate_plain", "iterate", "run_plain", "run_rounds"]
 
 
-def _round_k(xp: object, drafter: Drafter, state: State, wanted: int, metrics: Metrics
-             ) -> tuple[int, Array | None, list[int], list[bool] | None] | None:
-    """This round's K, the per-row draft lengths (None when every active row drafts K), each
-    row's wanted length (-1 for a done row) and, for a hybrid drafter, which rows propose a
-    copy (else None); or None when every row is done. One host read: the rows' wanted
+class _Round(NamedTuple):
+    """What `_round_k` decides for a round."""
+
+    k: int
+    draft_lengths: Array | None  # per row, or None when every active row drafts k
+    wanted: list[int]  # each row's wanted length (-1 for a done row), filed with its acceptance
+    copied: list[bool] | None  # a hybrid's rows that propose a copy (else None)
+    siblings: list[bool] | None  # a fan-out hybrid's rows that draft from its model (else None)
+
+
+def _round_k(xp: Any, drafter: Drafter, state: State, wanted: int, metrics: Metrics) -> _Round | None:
+    """This round's K and what each row drafts at it, or None when every row is done. One
+    host read (two when a hybrid's round is narrower than `wanted`): the rows' wanted
     lengths, tokens left and copy flags.
 
     A drafter may draft fewer tokens for some rows (`Drafter.draft_lengths`, read from
@@ -41,12 +50,12 @@ def _round_k(xp: object, drafter: Drafter, state: State, wanted: int, metrics: M
     if hybrid is not None:
         # [B] lengths, [B] copy flags
         lengths, copies = hybrid.draft_plan(state.draft_state, state.tokens, state.lengths, wanted)
-        flags = [xp.astype(copies, xp.int64)]  # type: ignore[attr-defined]
+        flags = [xp.astype(copies, xp.int64)]
     else:
         lengths, flags = drafter.draft_lengths(state.tokens, state.lengths, wanted), []
     batch = int(state.lengths.shape[0])
-    read = host_ints(xp.concat([xp.where(state.done, -1, lengths),  # type: ignore[attr-defined]
-                                state.stop_lengths - state.lengths, *flags]))
+    read = host_ints(xp.concat([xp.where(state.done, -1, lengths), state.stop_lengths - state.lengths,
+                                *flags]))
     wanted_by_row, left_by_row = read[:batch], read[batch:2 * batch]
     copied = [bool(v) for v in read[2 * batch:]] if flags else None
     rows = [b for b, v in enumerate(wanted_by_row) if v >= 0]
@@ -58,17 +67,20 @@ def _round_k(xp: object, drafter: Drafter, state: State, wanted: int, metrics: M
     if isinstance(gate, Scheduler) and gate.narrows and k > 0:
         k = gate.width(active, [left_by_row[b] for b in rows],
                        None if copied is None else [copied[b] for b in rows], batch, metrics)
-    if k == 0 or all(v == k for v in active):
-        return k, None, wanted_by_row, copied
-    return k, xp.minimum(lengths, k), wanted_by_row, copied  # type: ignore[attr-defined]
-
-
-def _siblings(drafter: Drafter, wanted: list[int], copied: list[bool] | None) -> list[bool] | None:
-    """Rows whose drafts this round are a fan-out's siblings (a hybrid with a fan-out: the rows
-    that draft from its model), or None where no row's are."""
-    if not isinstance(drafter, HybridDrafter) or not drafter.fan_out or copied is None:
-        return None
-    return [n >= 1 and not copy for n, copy in zip(wanted, copied, strict=True)]
+    drafts = wanted_by_row
+    if hybrid is not None and 0 < k != wanted:
+        # The plan was made at `wanted`, but `propose` drafts at k, where a row may
+        # decide otherwise: a match of 2 tokens is a short one at 16 and a whole copy at
+        # 2. Plan again at k, so that what the round drafts and files as a copy or a
+        # sibling is what it proposes; the acceptance stays filed under the length wanted.
+        lengths, copies = hybrid.draft_plan(state.draft_state, state.tokens, state.lengths, k)
+        read = host_ints(xp.concat([xp.where(state.done, -1, lengths), xp.astype(copies, xp.int64)]))
+        drafts, copied = read[:batch], [bool(v) for v in read[batch:]]
+    siblings = None if hybrid is None or not hybrid.fan_out or copied is None else \
+        [n >= 1 and not copy for n, copy in zip(drafts, copied, strict=True)]
+    if k == 0 or all(drafts[b] == k for b in rows):
+        return _Round(k, None, wanted_by_row, copied, siblings)
+    return _Round(k, xp.minimum(lengths, k), wanted_by_row, copied, siblings)
 
 
 def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOptions) -> Iterator[Step]:
@@ -90,14 +102,14 @@ def run_rounds(target: Model, drafter: Drafter, input_ids: Array, run: RunOption
     # Two host reads a round: the draft lengths (which also say whether any row is
     # active) and the round's per-row counts.
     while (chosen := _round_k(xp, drafter, state, policy.next_k(metrics), metrics)) is not None:
-        k, draft_lengths, wanted, copied = chosen
+        k = chosen.k
         began = time.perf_counter()
         u = round_uniforms(run.seed, index, batch, k, like=state.tokens)
         state, result = round_step(state, target, drafter, k=k, params=run.params, uniforms=u,
                                    eos=run.eos_token_id, check=run.check, verifier=verifier,
-                                   draft_lengths=draft_lengths)
-        metrics = tally_round(metrics, result, k=k, began=began, wanted=wanted, copied=copied,
-                              siblings=_siblings(drafter, wanted, copied))
+                                   draft_lengths=chosen.draft_lengths)
+        metrics = tally_round(metrics, result, k=k, began=began, wanted=chosen.wanted, copied=chosen.copied,
+                              siblings=chosen.siblings)
         yield Step(index=index, k=k, result=result, state=state, metrics=metrics)
         index += 1
 
