@@ -6,11 +6,12 @@ Bit-identity, not statistics: every run of `RUNS` must give the ids recorded in
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
 
-from tests.golden_runs import GOLDEN, RUNS, recorded, run
+from tests.golden_runs import GOLDEN, RUNS, fixed_costs, one_thread, recorded, run
 
 RECORDED = json.loads(GOLDEN.read_text())
 
@@ -29,6 +30,37 @@ def test_reference_tokens_as_recorded(name: str) -> None:
 def test_torch_tokens_as_recorded(name: str) -> None:
     pytest.importorskip("torch")
     assert run(name) == recorded(name, RECORDED)
+
+
+def _shape_at(name: str, c: float, slope: float) -> tuple[str, int | None]:
+    """What run `name` loads when every cost measured at load is c and a verify of that slope:
+    the drafter in words (its rated shape) and the K."""
+    import specsample
+
+    fields = RUNS[name][0]
+    with one_thread() if fields["backend"] == "torch" else contextlib.nullcontext(), fixed_costs(c, slope):
+        runner = specsample.load(specsample.Config(**fields))
+    k = runner.config.k
+    return runner.drafter_note(), k if isinstance(k, int) else None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n, (_, _, fixed) in RUNS.items() if not fixed])
+def test_a_run_with_measured_costs_fixes_them(name: str) -> None:
+    """A run whose drafter or K is chosen from costs timed at load must fix those costs, or
+    its tokens hang on the machine's load: such a run loads differently at a cheap draft
+    and flat verify than at a dear draft and steep verify. The runs that do not fix them
+    load alike at both."""
+    if RUNS[name][0]["backend"] == "torch":
+        pytest.importorskip("torch")
+    assert _shape_at(name, 0.01, 0.0) == _shape_at(name, 0.9, 0.5)
+
+
+def test_a_run_rated_by_timings_is_seen() -> None:
+    """Negative control: "head" loaded at the two costs above takes different shapes (a
+    fan-out against the chain), so a head run left unfixed fails the test above."""
+    pytest.importorskip("torch")
+    assert _shape_at("torch/head/T0.7", 0.01, 0.0) != _shape_at("torch/head/T0.7", 0.9, 0.5)
 
 
 def test_a_changed_token_is_caught() -> None:
