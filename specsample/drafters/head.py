@@ -272,12 +272,13 @@ class DistillPlan:
 
 # The heads' recipes: v1 (EAGLE-1: feature regression and cross-entropy, teacher forcing),
 # v2 (EAGLE-3's training: tokens only, three unrolled draft steps, data at three
-# temperatures), v3 (v2 reading EAGLE-3's fused features: a low, a middle and the top layer
-# of the 30-layer SmolLM2-135M).
-_V2 = DistillPlan(temperatures="0,0.7,1", feature_weight=0.0, logit_weight=1.0, unroll=3, epochs=4,
-                  new_tokens=128)
+# temperatures, every prompt sampled twice), v3 (EAGLE-3's training on one sample per
+# prompt, reading EAGLE-3's fused features: a low, a middle and the top layer of the
+# 30-layer SmolLM2-135M).
+_EAGLE3 = DistillPlan(temperatures="0,0.7,1", feature_weight=0.0, logit_weight=1.0, unroll=3, epochs=4,
+                      new_tokens=128)
 RECIPES = {
     "v1": DistillPlan(),
-    "v2": _V2,
-    "v3": dataclasses.replace(_V2, taps="2,15"),
+    "v2": dataclasses.replace(_EAGLE3, samples=2, epochs=2),
+    "v3": dataclasses.replace(_EAGLE3, taps="2,15"),
 }
