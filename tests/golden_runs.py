@@ -54,8 +54,8 @@ RUNS: dict[str, tuple[dict[str, Any], int, bool]] = {
                              True),
 }
 
-# The costs `auto` sees in its runs: the draft/target cost ratio c, and a verify's cost at
-# `width` positions in plain-step units (a gentle slope, as on a CPU).
+# The costs a run with fixed costs sees at load: the draft/target cost ratio c, and a
+# verify's cost at `width` positions in plain-step units (a gentle slope, as on a CPU).
 FIXED_C = 0.15
 FIXED_SLOPE = 0.04
 
@@ -94,22 +94,25 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+@contextlib.contextmanager
+def loading(name: str, costs: tuple[float, float] | None) -> Iterator[None]:
+    """Run `name`'s settings: torch on one thread, and every cost measured at load fixed to
+    (c, slope) where `costs` is given (`fixed_costs`)."""
+    threads = one_thread() if RUNS[name][0]["backend"] == "torch" else contextlib.nullcontext()
+    with threads, contextlib.nullcontext() if costs is None else fixed_costs(*costs):
+        yield
+
+
 def run(name: str) -> list[list[int]]:
     """The new token ids of each prompt's row in run `name`."""
     import specsample
 
     fields, max_new_tokens, fixed = RUNS[name]
     prompts = TORCH_PROMPTS if fields["backend"] == "torch" else REFERENCE_PROMPTS
-    threads = one_thread() if fields["backend"] == "torch" else contextlib.nullcontext()
-    with threads, fixed_costs() if fixed else contextlib.nullcontext():
+    with loading(name, (FIXED_C, FIXED_SLOPE) if fixed else None):
         runner = specsample.load(specsample.Config(**fields))
         generation = runner.generate(prompts, max_new_tokens=max_new_tokens)
     return [generation.new_tokens(row) for row in range(len(prompts))]
-
-
-def recorded(name: str, recording: dict[str, Any]) -> list[list[int]]:
-    """Run `name`'s recorded ids in `recording`."""
-    return list(recording[name])
 
 
 def main(names: list[str]) -> int:

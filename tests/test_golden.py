@@ -6,12 +6,12 @@ Bit-identity, not statistics: every run of `RUNS` must give the ids recorded in
 
 from __future__ import annotations
 
-import contextlib
 import json
+from typing import Any
 
 import pytest
 
-from tests.golden_runs import GOLDEN, RUNS, fixed_costs, one_thread, recorded, run
+from tests.golden_runs import GOLDEN, RUNS, loading, run
 
 RECORDED = json.loads(GOLDEN.read_text())
 
@@ -22,26 +22,24 @@ def test_every_run_is_recorded() -> None:
 
 @pytest.mark.parametrize("name", [n for n in RUNS if n.startswith("reference/")])
 def test_reference_tokens_as_recorded(name: str) -> None:
-    assert run(name) == recorded(name, RECORDED)
+    assert run(name) == RECORDED[name]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in RUNS if n.startswith("torch/")])
 def test_torch_tokens_as_recorded(name: str) -> None:
     pytest.importorskip("torch")
-    assert run(name) == recorded(name, RECORDED)
+    assert run(name) == RECORDED[name]
 
 
-def _shape_at(name: str, c: float, slope: float) -> tuple[str, int | None]:
+def _shape_at(name: str, c: float, slope: float) -> tuple[str, Any]:
     """What run `name` loads when every cost measured at load is c and a verify of that slope:
     the drafter in words (its rated shape) and the K."""
     import specsample
 
-    fields = RUNS[name][0]
-    with one_thread() if fields["backend"] == "torch" else contextlib.nullcontext(), fixed_costs(c, slope):
-        runner = specsample.load(specsample.Config(**fields))
-    k = runner.config.k
-    return runner.drafter_note(), k if isinstance(k, int) else None
+    with loading(name, (c, slope)):
+        runner = specsample.load(specsample.Config(**RUNS[name][0]))
+    return runner.drafter_note(), runner.config.k
 
 
 @pytest.mark.slow
