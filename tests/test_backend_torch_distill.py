@@ -201,6 +201,9 @@ def test_an_interrupted_run_continues_from_its_checkpoint_to_the_same_head(tmp_p
                    resume=True, progress=lambda name, done, total: seen.append(name))
     assert (tmp_path / "cut.safetensors").read_bytes() == (tmp_path / "whole.safetensors").read_bytes()
     assert card["epoch_losses"] == whole["epoch_losses"]
+    # The card counts the time of all three invocations, the uninterrupted run's its own.
+    assert (card["invocations"], whole["invocations"]) == (3, 1)
+    assert json.loads((tmp_path / "run" / "elapsed.json").read_text())["invocations"] == 3
     assert seen.count("training") < len(whole["epoch_losses"]) * -(-card["training_rows"] // V2.batch_rows)
 
 
@@ -254,6 +257,7 @@ def test_a_run_that_changes_only_the_training_reuses_the_samples(tmp_path, tiny:
     assert stages.count("training") == longer.epochs * -(-card["training_rows"] // V2.batch_rows)
     assert (tmp_path / "b.safetensors").read_bytes() == (tmp_path / "c.safetensors").read_bytes()
     assert card["epoch_losses"] == fresh["epoch_losses"]
+    assert card["invocations"] == 1  # the first plan's invocation is not this plan's
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [

@@ -23,7 +23,8 @@
 With a checkpoint folder nothing done is lost: each sampled batch is written there as it
 finishes, and the training state every `SAVE_EVERY` steps; a run given the same folder (and
 plan) continues where the last one stopped, and one that changes only the training settings
-reuses the samples. Everything is seeded: the same plan, target and
+reuses the samples. The card's seconds count every invocation of the plan (the folder's
+elapsed.json keeps the total). Everything is seeded: the same plan, target and
 thread count give the same head, interrupted or not.
 """
 
@@ -254,6 +255,46 @@ def held_out_fan_out(target: HFModel, head: DraftHead, tokenizer: Any, *, new_to
             for tag in counts}
 
 
+class _Clock:
+    """The wall seconds a run has taken over all the invocations of its plan: with a
+    checkpoint folder, the earlier ones' total is kept there (elapsed.json, rewritten at most
+    every `every` seconds as progress is reported) and this invocation's time adds to it. A
+    run of another plan on the same folder counts from zero (the samples it reuses took
+    time it does not count)."""
+
+    def __init__(self, folder: Path | None, plan: DistillPlan, every: float = 10.0) -> None:
+        self.file = None if folder is None else folder / "elapsed.json"
+        self.plan = dataclasses.asdict(plan)
+        earlier = json.loads(self.file.read_text()) if self.file is not None and self.file.is_file() else {}
+        if earlier.get("plan") != self.plan:
+            earlier = {}
+        self.earlier = float(earlier.get("seconds", 0.0))
+        self.invocations = int(earlier.get("invocations", 0)) + 1
+        self.every = every
+        self.began = self.written = time.perf_counter()
+        self.keep()
+
+    def seconds(self) -> float:
+        return self.earlier + time.perf_counter() - self.began
+
+    def keep(self) -> None:
+        """Write the total so far to the folder (whole, then renamed)."""
+        self.written = time.perf_counter()
+        if self.file is not None:
+            part = self.file.with_suffix(".part")
+            part.write_text(json.dumps({"plan": self.plan, "seconds": round(self.seconds(), 1),
+                                        "invocations": self.invocations}))
+            part.replace(self.file)
+
+    def reporting(self, progress: Progress) -> Progress:
+        """`progress`, keeping the total at most every `every` seconds on the way."""
+        def report(stage: str, done: int, total: int) -> None:
+            if time.perf_counter() - self.written >= self.every:
+                self.keep()
+            progress(stage, done, total)
+        return report
+
+
 def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path, *,
             progress: Progress | None = None, checkpoint: str | Path | None = None,
             resume: bool = False) -> dict[str, Any]:
@@ -267,7 +308,8 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
 
     Returns:
         The card: target fingerprint, vocabulary size, the plan, losses, held-out acceptance
-        (alpha, per depth, tokens per round, fan-out hit rates), data size, seconds taken.
+        (alpha, per depth, tokens per round, fan-out hit rates), data size, the wall seconds
+        taken over all the invocations of the run ("invocations": 1 when never interrupted).
     """
     if not isinstance(plan, DistillPlan):
         raise TypeError(f"plan: expected a DistillPlan, got {type(plan).__name__}")
@@ -281,8 +323,8 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
         raise ValueError(f"plan: taps {plan.taps!r} name layers this target lacks: expected indices in "
                          f"[0, {target.layers - 1}), got {taps}") from err
     folder = checkpoint_folder(checkpoint, plan, target, resume=resume)
-    report = progress or (lambda stage, done, total: None)
-    began = time.perf_counter()
+    clock = _Clock(folder, plan)
+    report = clock.reporting(progress or (lambda stage, done, total: None))
     torch.manual_seed(plan.seed)
     with torch.no_grad():
         texts = training_prompts(plan.prompts)
@@ -317,8 +359,8 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
             "held_out_alpha": probe["alpha"], "held_out_depth": probe["depth"],
             "held_out_tokens_per_round": probe["tokens_per_round"],
             "held_out_fan_out": fan_out, "training_rows": len(rows),
-            "training_tokens": sum(len(r) for r in rows), "seconds": round(time.perf_counter() - began),
-            "torch_threads": torch.get_num_threads()}
+            "training_tokens": sum(len(r) for r in rows), "seconds": round(clock.seconds()),
+            "invocations": clock.invocations, "torch_threads": torch.get_num_threads()}
     save_head(head.half(), path, card)
     head.float()
     return card
