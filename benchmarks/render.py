@@ -351,8 +351,13 @@ def heads(root: Path) -> Lines:
              f"trained and measured, its card kept in `{TRIED}`.", ""]
     if not cards:
         return [*lines, f"No head cards in `{HEADS}`.", ""]
+    shipped = {path: _load(path) or {} for path in sorted((root / HEADS).glob("*.json"))}
+    copies = {path: of for path in sorted((root / TRIED).glob("*.json"))
+              if (of := _reproduces(_load(path) or {}, shipped)) is not None}
     rows = []
     for path in cards:
+        if path in copies:
+            continue
         card = _load(path) or {}
         plan = card.get("plan", {})
         recipe = (f"{_recipe(plan)}: unroll {plan.get('unroll', 1)}, feature weight "
@@ -372,6 +377,57 @@ def heads(root: Path) -> Lines:
                              _fmt(probe.get("alpha", {}).get(kind), ".3f"),
                              " / ".join(f"{x:.2f}" for x in depth) or "-"])
     header = ["head", "recipe", "T", "prompts", "tokens per round", "alpha", "acceptance at depth 1..K"]
+    return [*lines, *_table(header, rows), "", *reproductions(copies, shipped)]
+
+
+def _reproduces(card: Record, shipped: Mapping[Path, Record]) -> Path | None:
+    """The shipped card that `card` repeats the run of (the same plan for the same target),
+    if any."""
+    for path, other in shipped.items():
+        if card.get("plan") and card.get("plan") == other.get("plan") \
+                and card.get("target_fingerprint") == other.get("target_fingerprint"):
+            return path
+    return None
+
+
+def _wall(card: Record) -> str:
+    """A card's wall seconds over all the invocations of its run; "-" for a card written
+    before cards counted them (its seconds are its last invocation's alone)."""
+    if "invocations" not in card or card.get("seconds") is None:
+        return "-"
+    return f"{card['seconds']:,} ({card['invocations']})"
+
+
+def reproductions(copies: Mapping[Path, Path], shipped: Mapping[Path, Record]) -> Lines:
+    """Each tried card that repeats a shipped head's run (same plan, same target): its
+    held-out tokens per round beside the shipped head's, and whether the weights are equal."""
+    if not copies:
+        return []
+    lines = ["### Reproductions of the shipped heads", "",
+             "A card in the tried folder with the plan and target of a shipped head is a second run "
+             "of its `specsample distill` command; held-out tokens per round (all prompts) of both, "
+             "and the largest relative difference; the wall seconds count every invocation of the "
+             "run (an interrupted run continues from its checkpoint folder).", ""]
+    rows = []
+    for path, of in copies.items():
+        card, original = _load(path) or {}, shipped[of]
+        mine = card.get("held_out_by_temperature") or {}
+        theirs = original.get("held_out_by_temperature") or {}
+        pairs = []
+        for temperature in theirs:
+            a = theirs[temperature].get("tokens_per_round", {}).get("all")
+            b = (mine.get(temperature) or {}).get("tokens_per_round", {}).get("all")
+            if a and b is not None:
+                pairs.append((temperature, a, b))
+        gap = max((abs(b - a) / a for _, a, b in pairs), default=None)
+        rows.append([f"`{path.stem}`", f"`{of.stem}`",
+                     " / ".join(f"T={t}: {a:.3f}" for t, a, _ in pairs) or "-",
+                     " / ".join(f"T={t}: {b:.3f}" for t, _, b in pairs) or "-",
+                     "-" if gap is None else f"{gap:.1%}",
+                     "yes" if card.get("weights_sha256") == original.get("weights_sha256") else "no",
+                     _wall(card)])
+    header = ["run", "repeats", "shipped", "this run", "largest difference", "same weights",
+              "wall seconds (invocations)"]
     return [*lines, *_table(header, rows), ""]
 
 

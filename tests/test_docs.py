@@ -241,3 +241,31 @@ def test_check_results_render_as_verdicts_and_are_not_listed_as_unrendered(tmp_p
            "| 1e-09 | FAIL |")
     assert row in page
     assert "Other results" not in page
+
+
+def test_a_tried_card_with_a_shipped_heads_plan_renders_as_its_reproduction(tmp_path: Path) -> None:
+    """A card in the tried folder with a shipped card's plan and target is a second run of
+    the shipped head's command: it renders beside it with the relative difference, not as a
+    head of its own; a card with another plan stays a tried head."""
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    shipped, tried = tmp_path / "backends" / "torch" / "heads", tmp_path / "benchmarks" / "results" / "heads"
+    shipped.mkdir(parents=True)
+    tried.mkdir(parents=True)
+
+    def card(plan: dict[str, object], tokens: float, sha: str) -> str:
+        table = {"tokens_per_round": {"all": tokens, "open": tokens, "grounded": tokens},
+                 "alpha": {"all": 0.3}, "depth": {"all": [0.3]}}
+        return json.dumps({"plan": plan, "target_fingerprint": "f", "weights_sha256": sha, "seconds": 3082,
+                           "invocations": 2, "held_out_by_temperature": {"0": table, "0.7": table}})
+
+    plan = {"epochs": 2, "samples": 2}
+    (shipped / "h.json").write_text(card(plan, 1.6, "a"))
+    (tried / "h-again.json").write_text(card(plan, 1.52, "b"))
+    (tried / "h-other.json").write_text(card({**plan, "epochs": 4}, 1.7, "c"))
+    assert _render(tmp_path).returncode == 0
+    page = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert ("| `h-again` | `h` | T=0: 1.600 / T=0.7: 1.600 | T=0: 1.520 / T=0.7: 1.520 | 5.0% | no | 3,082 (2) |"
+            in page), page
+    assert "`h-other` (not shipped)" in page
+    assert "`h-again` (not shipped)" not in page
