@@ -265,7 +265,8 @@ def test_a_tried_card_with_a_shipped_heads_plan_renders_as_its_reproduction(tmp_
     (tried / "h-other.json").write_text(card({**plan, "epochs": 4}, 1.7, "c"))
     assert _render(tmp_path).returncode == 0
     page = (tmp_path / "docs" / "benchmarks.md").read_text()
-    assert ("| `h-again` | `h` | T=0: 1.600 / T=0.7: 1.600 | T=0: 1.520 / T=0.7: 1.520 | 5.0% | no | 3,082 (2) |"
+    assert ("| `h-again` | `h` | T=0: 1.600 / T=0.7: 1.600 | T=0: 1.520 / T=0.7: 1.520 | 5.0% | no "
+            "| 3,082 (2) |"
             in page), page
     assert "`h-other` (not shipped)" in page
     assert "`h-again` (not shipped)" not in page
