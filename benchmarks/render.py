@@ -351,14 +351,14 @@ def heads(root: Path) -> Lines:
              f"trained and measured, its card kept in `{TRIED}`.", ""]
     if not cards:
         return [*lines, f"No head cards in `{HEADS}`.", ""]
-    shipped = {path: _load(path) or {} for path in sorted((root / HEADS).glob("*.json"))}
-    copies = {path: of for path in sorted((root / TRIED).glob("*.json"))
-              if (of := _reproduces(_load(path) or {}, shipped)) is not None}
+    loaded = {path: _load(path) or {} for path in cards}
+    shipped = {path: card for path, card in loaded.items() if path.parent == root / HEADS}
+    copies = {path: of for path, card in loaded.items()
+              if path.parent == root / TRIED and (of := _reproduces(card, shipped)) is not None}
     rows = []
-    for path in cards:
+    for path, card in loaded.items():
         if path in copies:
             continue
-        card = _load(path) or {}
         plan = card.get("plan", {})
         recipe = (f"{_recipe(plan)}: unroll {plan.get('unroll', 1)}, feature weight "
                   f"{plan.get('feature_weight')}, {card.get('training_tokens', '?')} tokens"
@@ -377,7 +377,7 @@ def heads(root: Path) -> Lines:
                              _fmt(probe.get("alpha", {}).get(kind), ".3f"),
                              " / ".join(f"{x:.2f}" for x in depth) or "-"])
     header = ["head", "recipe", "T", "prompts", "tokens per round", "alpha", "acceptance at depth 1..K"]
-    return [*lines, *_table(header, rows), "", *reproductions(copies, shipped)]
+    return [*lines, *_table(header, rows), "", *reproductions(copies, loaded)]
 
 
 def _reproduces(card: Record, shipped: Mapping[Path, Record]) -> Path | None:
@@ -398,9 +398,10 @@ def _wall(card: Record) -> str:
     return f"{card['seconds']:,} ({card['invocations']})"
 
 
-def reproductions(copies: Mapping[Path, Path], shipped: Mapping[Path, Record]) -> Lines:
-    """Each tried card that repeats a shipped head's run (same plan, same target): its
-    held-out tokens per round beside the shipped head's, and whether the weights are equal."""
+def reproductions(copies: Mapping[Path, Path], cards: Mapping[Path, Record]) -> Lines:
+    """Each tried card that repeats a shipped head's run (same plan, same target; `copies`
+    maps its path to the shipped card's, `cards` every path to its card): its held-out tokens
+    per round beside the shipped head's, and whether the weights are equal."""
     if not copies:
         return []
     lines = ["### Reproductions of the shipped heads", "",
@@ -410,7 +411,7 @@ def reproductions(copies: Mapping[Path, Path], shipped: Mapping[Path, Record]) -
              "run (an interrupted run continues from its checkpoint folder).", ""]
     rows = []
     for path, of in copies.items():
-        card, original = _load(path) or {}, shipped[of]
+        card, original = cards[path], cards[of]
         mine = card.get("held_out_by_temperature") or {}
         theirs = original.get("held_out_by_temperature") or {}
         pairs = []
