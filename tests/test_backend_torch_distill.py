@@ -54,6 +54,23 @@ def test_open_prompts_are_distinct_mixed_and_not_benchmark_prompts() -> None:
         open_prompts(1537)
 
 
+def test_more_topics_keep_the_first_96s_prompts_and_widen_the_rest() -> None:
+    assert open_prompts(1536, 96) == open_prompts(1536)  # v1-v3's prompts, unchanged
+    wide = open_prompts(_prompts.ALL_TOPICS * 2, _prompts.ALL_TOPICS)
+    assert len(set(wide)) == len(wide)
+    # The first round takes every topic once: the new ones appear from the 97th prompt on.
+    assert all(topic in prompt for topic, prompt in zip(_prompts.MORE_TOPICS, wide[96:], strict=False))
+    assert not set(_prompts.MORE_TOPICS) & set(_prompts.TOPICS)
+    everything = open_prompts(_prompts.ALL_TOPICS * len(_prompts.OPEN_STYLES), _prompts.ALL_TOPICS)
+    assert not set(everything) & set(greedy_prompts())
+    assert not [t for t in _prompts.MORE_TOPICS if any(t in p for p in greedy_prompts())]
+    with pytest.raises(ValueError, match="prompts: expected an int in \\[1, 1536\\] \\(96 topics x 16 "
+                                         "instructions; more topics allow more, up to 422\\), got 2000"):
+        data_module.training_prompts(2000)
+    with pytest.raises(ValueError, match="topics: expected an int in \\[1, 422\\]"):
+        data_module.training_prompts(10, 423)
+
+
 def test_grounded_prompts_mix_passages_and_code() -> None:
     passages = ["First passage.", "Second passage.", "  "]
     prompts = grounded_prompts(passages, 20)  # 2 passages x 8 instructions: no repeats yet
@@ -70,7 +87,7 @@ def test_grounded_prompts_mix_passages_and_code() -> None:
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("epochs", 0, "epochs: expected"), ("lr", 0.0, "lr: expected a number > 0"),
     ("noise", -1.0, "noise: expected a number >= 0"), ("vocab", -1, "vocab: expected"),
-    ("grounded", -1, "grounded: expected"),
+    ("grounded", -1, "grounded: expected"), ("topics", 0, "topics: expected"),
 ])
 def test_bad_plans_are_clear_errors(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -349,7 +366,7 @@ def test_more_samples_per_prompt_take_their_own_seeds_and_the_next_temperatures(
         tmp_path, tiny: HFModel, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """samples = 2: every prompt (open and grounded) sampled twice, the second time at the
     next temperature in turn and with other uniforms; a folder written before the field
-    existed reads as samples = 1."""
+    existed reads as samples = 1 (and one from before `topics` as its 96)."""
     tokenizer = loading.load_tokenizer("smollm2")
     twice = dataclasses.replace(V2, samples=2)
     calls: list[tuple[float, int]] = []
@@ -374,16 +391,20 @@ def test_more_samples_per_prompt_take_their_own_seeds_and_the_next_temperatures(
         assert first[b][0] == temperatures[members[0] % 3]
         assert second[b][0] == temperatures[(members[0] + 1) % 3]
     assert not {seed for _, seed in first} & {seed for _, seed in second}
-    # A folder from before the field: its plan has no "samples", which reads as 1.
+    # A folder from before the fields: its plan has no "samples" nor "topics", which read as 1
+    # and 96.
     record_file = tmp_path / "old" / "run.json"
     distill(tiny, tokenizer, V2, tmp_path / "a.safetensors", checkpoint=tmp_path / "old")
     written = json.loads(record_file.read_text())
-    del written["plan"]["samples"]
+    del written["plan"]["samples"], written["plan"]["topics"]
     record_file.write_text(json.dumps(written))
     calls.clear()
     distill(tiny, tokenizer, V2, tmp_path / "b.safetensors", checkpoint=tmp_path / "old")
     assert not calls  # the samples were read back
     with pytest.raises(ValueError, match=r"holds a run with other settings \(samples\)"):
         distill(tiny, tokenizer, twice, tmp_path / "c.safetensors", checkpoint=tmp_path / "old")
+    with pytest.raises(ValueError, match=r"holds a run with other settings \(topics\)"):
+        distill(tiny, tokenizer, dataclasses.replace(V2, topics=97), tmp_path / "c.safetensors",
+                checkpoint=tmp_path / "old")
     with pytest.raises(ValueError, match="samples: expected"):
         DistillPlan(samples=0)

@@ -29,7 +29,7 @@ from specsample.core.sample import sample
 from specsample.core.warp import warp
 from specsample.drafters.head import DistillPlan
 
-from ._distill_prompts import open_prompts
+from ._distill_prompts import ALL_TOPICS, OPEN_STYLES, open_prompts
 from ._fast import hf_config
 from .head_file import fingerprints
 from .model import HFModel
@@ -42,9 +42,15 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 TAP_BATCH = 16
 
 
-def training_prompts(count: int) -> list[str]:
-    """The first `count` open training prompts (topic x instruction)."""
-    return open_prompts(count)
+def training_prompts(count: int, topics: int = DistillPlan.topics) -> list[str]:
+    """The first `count` open training prompts (topic x instruction) on `topics` topics."""
+    if not 1 <= topics <= ALL_TOPICS:
+        raise ValueError(f"topics: expected an int in [1, {ALL_TOPICS}] (the topics there are), got {topics}")
+    most = topics * len(OPEN_STYLES)
+    if not 1 <= count <= most:
+        raise ValueError(f"prompts: expected an int in [1, {most}] ({topics} topics x {len(OPEN_STYLES)} "
+                         f"instructions; more topics allow more, up to {ALL_TOPICS}), got {count}")
+    return open_prompts(count, topics)
 
 
 def passage(tokenizer: Any, ids: Sequence[int], limit: int = 600) -> str:
@@ -160,10 +166,10 @@ def vocabulary(rows: Sequence[list[int]], size: int, total: int, keep: Sequence[
     return torch.tensor(sorted(chosen), dtype=torch.int64)
 
 
-SAMPLING_FIELDS = ("prompts", "grounded", "new_tokens", "temperature", "temperatures", "samples", "batch",
-                   "seed")
+SAMPLING_FIELDS = ("prompts", "topics", "grounded", "new_tokens", "temperature", "temperatures", "samples",
+                   "batch", "seed")
 # A folder written before a field existed ran at its default.
-_DEFAULTS = {"samples": 1}
+_DEFAULTS = {"samples": 1, "topics": DistillPlan.topics}
 
 
 def _sampling(plan: DistillPlan) -> dict[str, Any]:

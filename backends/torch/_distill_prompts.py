@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from specsample._array import check_int
 
-__all__ = ["code_snippets", "grounded_prompts", "open_prompts"]
+__all__ = ["ALL_TOPICS", "code_snippets", "grounded_prompts", "open_prompts"]
 
 TOPICS = (
     "the ocean", "a small bakery", "black holes", "learning to play the piano", "volcanoes",
@@ -37,6 +37,86 @@ TOPICS = (
     "a treasure map", "the night sky", "volunteering", "a music festival", "plastic pollution",
     "a wizard's apprentice",
 )
+
+# Topics past the first 96 (`open_prompts(count, topics)`), for a plan that spreads its
+# prompts over more subjects.
+MORE_TOPICS = (
+    "a village baker who wins a prize", "the invention of the telephone", "jellyfish",
+    "a quiet library at dawn",
+    "how airplanes stay in the air", "the Silk Road", "a lost dog finding its way home", "tides", "glaciers",
+    "the first day of school", "a detective who solves a small mystery", "the history of chocolate",
+    "owls", "a storm-chasing scientist", "how vaccines are tested", "the Renaissance", "a ship in a bottle",
+    "how to plan a budget", "a talking tree", "the life of a honey farmer", "rain forests in Asia",
+    "the Wright brothers", "a city bus driver", "how a compass works", "octopuses", "the Vikings",
+    "a grandmother's recipe book", "solar panels", "a magician's last trick", "the Sahara desert",
+    "learning to swim", "how cheese is made", "a lonely astronaut", "the Moon's phases", "sharks",
+    "a tiny house", "the Ming dynasty", "how a bill becomes a law", "a knight who hates swords",
+    "the periodic table", "an island with no people", "the history of the bicycle", "wolves",
+    "a farmers' market", "how to write a good email", "the Titanic", "a kite festival", "magnets",
+    "a clock that runs backwards", "the Aztecs", "how soap cleans", "a young inventor", "bats",
+    "the Northern Lights", "a bookshop cat", "the Cold War", "how to care for a houseplant",
+    "a submarine voyage", "the human skeleton", "a street musician", "elephants", "the Mayan calendar",
+    "a summer camp", "how maps are made", "a pirate who gets seasick", "the ozone layer", "frogs",
+    "a winter market", "the history of money", "a robot gardener", "how rockets work", "the Alps",
+    "a school science fair", "tornadoes", "a letter from the future", "ancient Greece", "butterflies",
+    "how to make new friends", "a haunted train station", "the life cycle of a star", "a fishing village",
+    "the history of the printing of maps", "how a refrigerator works", "a shy giant", "the Nile river",
+    "recycling glass", "a lemonade stand", "the invention of the light bulb", "dolphins",
+    "a night at the museum", "how to study for an exam", "the Great Barrier Reef", "a clumsy wizard",
+    "fossils", "a postman's day", "the history of jazz", "how the heart pumps blood", "a desert oasis",
+    "a mystery in a bakery", "tigers", "the first Olympic marathon", "how earthquakes are measured",
+    "a talking parrot", "the Andes mountains", "a carpenter's workshop", "how paper is recycled",
+    "the Black Death", "a snowman who wants to see summer", "hummingbirds", "a city park in spring",
+    "how to brew tea", "the invention of the wheel", "a lost key", "the Arctic", "a young chess champion",
+    "how the internet sends messages", "a castle in ruins", "ants", "the history of football",
+    "a ferry crossing", "how clouds form", "a retired pilot", "the Inca roads", "a dragon egg",
+    "how to start a vegetable garden", "the Hubble telescope", "a noisy classroom", "polar bears",
+    "a market in Marrakesh", "the steam engine", "a secret tunnel", "how glass is made", "whales",
+    "a baking competition", "the Declaration of Independence", "a forest fire", "how bees make honey",
+    "a time traveller's mistake", "the Pacific Ocean", "a music teacher", "how batteries work", "camels",
+    "a village festival", "the invention of the printing telegraph", "a broken bicycle", "deserts at night",
+    "how to give a speech", "a cloud that cannot rain", "the Moon's craters", "parrots",
+    "a night shift nurse",
+    "the history of tea", "how a camera works", "a forgotten toy", "the Great Fire of London", "squirrels",
+    "a picnic by the lake", "how muscles grow", "a keeper at a wildlife park", "the Mediterranean Sea",
+    "an old map", "how to say sorry", "the Space Race", "a mountain rescue", "turtles", "a quiet café",
+    "how the eye sees colour", "a talking snowflake", "the history of medicine", "a stolen painting",
+    "how wind is made", "the Himalayas", "a spelling bee", "crows", "a harbour at sunrise",
+    "how to train a puppy", "the fall of Rome", "a friendly alien", "the history of the alphabet",
+    "how to keep a journal", "a storm over the prairie", "lions", "a flower shop", "the invention of radio",
+    "a treehouse", "how a volcano erupts", "a stubborn goat", "the Amazon river", "a school play",
+    "how to save energy at home", "the first cars", "a message in a bottle", "sea turtles", "a toy factory",
+    "how a seed becomes a tree", "the Trojan horse", "a new neighbour", "how to cook pasta", "the Milky Way",
+    "a sleepy bear", "a bakery in Paris", "how planes are built", "the Pyramids of Giza", "a snow day",
+    "how to read a map", "a brave mouse", "the history of the piano", "lightning", "a city marathon",
+    "how to be a good listener", "a shipwreck", "the rainforest canopy", "a clock tower", "foxes",
+    "a science museum", "how water is cleaned", "a retired superhero", "the Middle Ages", "a kitchen garden",
+    "how to learn to juggle", "a lonely robot", "the history of flight", "a trip to the zoo", "seals",
+    "how stars are born", "a village well", "the invention of the internet", "a hot air balloon",
+    "how to make a paper boat", "a quiet beach in winter", "the Great Depression", "kangaroos",
+    "a neighbourhood cleanup", "how the stomach digests food", "a wandering minstrel", "the Galapagos",
+    "a farm in the morning", "how to organise a room", "the Moon's gravity", "a mysterious door", "horses",
+    "the history of cinema", "how an engine works", "a rainy bus ride", "the Sahara's past",
+    "a young astronaut", "how spiders spin webs", "a library card", "the Greek myths", "a country fair",
+    "how to stay calm before a test", "a sunken city", "the history of writing", "eagles", "a village doctor",
+    "how sound travels", "a time capsule", "the Arctic tundra", "a potter's wheel", "how to make bread rise",
+    "a broken clock", "the Moon and the tides", "zebras", "a city at dawn", "how a bridge holds weight",
+    "a cat who wants to fly", "the story of the Mona Lisa", "a snowy forest", "how to plant a tree",
+    "the history of sport", "a noisy parrot", "how rain forms", "a small fishing boat", "the Atlantic Ocean",
+    "a long winter", "how computers store numbers", "a secret garden", "the Ice Age", "a village school",
+    "how to pick a good book", "a runaway balloon", "the history of trains", "giraffes", "an old violin",
+    "how the lungs work", "a storm at sea", "the Greek Olympics", "a circus", "how to help a friend",
+    "a quiet mountain lake", "the invention of the microscope", "a curious cat", "how islands form",
+    "a bus stop conversation", "the history of the calendar", "a garden gnome", "how the Sun makes light",
+    "a bicycle race", "the Roman roads", "a lost mitten", "how to write a poem", "the deep sea", "a bee hive",
+    "a midnight feast", "how plants drink water", "the history of castles", "a pen pal", "rabbits",
+    "a sandcastle", "how to fix a flat tyre", "the first maps of the world", "a wise old turtle",
+    "how to count calories", "the planets", "a village blacksmith", "a cold morning", "how thunder works",
+    "the history of the Olympic torch", "a radio show", "how to write a thank-you note", "a swan",
+    "a mountain train", "how to make compost", "the story of a raindrop", "a young king", "how ice melts",
+)
+
+ALL_TOPICS = len(TOPICS) + len(MORE_TOPICS)
 
 OPEN_STYLES = (
     "Write a short story about {}.", "Explain {} to a ten-year-old.", "Give me five facts about {}.",
@@ -148,10 +228,12 @@ def _interleave(styles: Sequence[str], subjects: Sequence[str], count: int) -> l
     return pairs[:count]
 
 
-def open_prompts(count: int) -> list[str]:
-    """`count` distinct open prompts (topic x instruction)."""
-    check_int("count", count, 1, len(TOPICS) * len(OPEN_STYLES) + 1)
-    return _interleave(OPEN_STYLES, TOPICS, count)
+def open_prompts(count: int, topics: int = len(TOPICS)) -> list[str]:
+    """`count` distinct open prompts (topic x instruction) on the first `topics` topics (the
+    96 of `TOPICS`, then `MORE_TOPICS`)."""
+    check_int("topics", topics, 1, ALL_TOPICS + 1)
+    check_int("count", count, 1, topics * len(OPEN_STYLES) + 1)
+    return _interleave(OPEN_STYLES, (TOPICS + MORE_TOPICS)[:topics], count)
 
 
 def code_snippets() -> list[str]:

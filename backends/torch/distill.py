@@ -327,7 +327,7 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     report = clock.reporting(progress or (lambda stage, done, total: None))
     torch.manual_seed(plan.seed)
     with torch.no_grad():
-        texts = training_prompts(plan.prompts)
+        texts = training_prompts(plan.prompts, plan.topics)
         data = sample_rows(target, tokenizer, texts, plan, plan.seed, report, "sampling", folder)
         grounded: list[str] = []
         if plan.grounded:

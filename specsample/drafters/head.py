@@ -175,7 +175,9 @@ class DistillPlan:
     are the shipped head's.
 
     Attributes:
-        prompts: open training prompts; grounded: prompts that rework a given text (a
+        prompts: open training prompts; topics: how many topics they draw on (the
+            recipes' 96, or more, up to the 422 there are); grounded: prompts that rework a
+            given text (a
             passage sampled for an open prompt, or code); new_tokens: tokens sampled
             after each; temperature: the target's sampling temperature; batch: rows per
             sampling batch.
@@ -199,6 +201,7 @@ class DistillPlan:
     """
 
     prompts: int = 1152
+    topics: int = 96
     grounded: int = 384
     new_tokens: int = 96
     temperature: float = 0.7
@@ -220,8 +223,8 @@ class DistillPlan:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("prompts", "new_tokens", "samples", "batch", "epochs", "batch_rows", "unroll", "k",
-                     "held_out_tokens"):
+        for name in ("prompts", "topics", "new_tokens", "samples", "batch", "epochs", "batch_rows", "unroll",
+                     "k", "held_out_tokens"):
             check_int(name, getattr(self, name), 1)
         if not isinstance(self.unroll_weight, (int, float)) or isinstance(self.unroll_weight, bool) or \
                 not 0 < self.unroll_weight <= 1:
