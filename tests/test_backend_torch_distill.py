@@ -88,10 +88,35 @@ def test_grounded_prompts_mix_passages_and_code() -> None:
     ("epochs", 0, "epochs: expected"), ("lr", 0.0, "lr: expected a number > 0"),
     ("noise", -1.0, "noise: expected a number >= 0"), ("vocab", -1, "vocab: expected"),
     ("grounded", -1, "grounded: expected"), ("topics", 0, "topics: expected"),
+    ("label_temperature", 0.0, "label_temperature: expected a number > 0"),
 ])
 def test_bad_plans_are_clear_errors(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         DistillPlan(**{field: value})  # type: ignore[arg-type]
+
+
+def test_the_label_law_is_the_targets_law_at_1_and_sharper_below() -> None:
+    torch.manual_seed(0)
+    full = torch.randn(5, 40) * 3  # the target's logits over a 40-token vocabulary
+    lse = torch.logsumexp(full, dim=-1)
+    subset = full[:, :30]  # a draft vocabulary of the first 30
+    assert torch.allclose(distill_module.label_law(subset, lse, 1.0), torch.softmax(full, -1)[:, :30])
+    sharp = distill_module.label_law(subset, lse, 0.5)
+    assert torch.allclose(sharp.sum(-1), torch.ones(5))
+    assert torch.allclose(sharp, torch.softmax(subset * 2, -1))
+    top = subset.argmax(-1, keepdim=True)
+    # Sharper: more of the law on each row's likeliest token than the renormalised law at 1.
+    assert (sharp.gather(1, top) > torch.softmax(subset, -1).gather(1, top)).all()
+    cold = distill_module.label_law(subset, lse, 1e-4)  # near 0: the likeliest token alone
+    assert torch.allclose(cold.gather(1, top), torch.ones(5, 1))
+    # Both laws at one temperature: a head with the target's logits (up to a constant) fits
+    # exactly (cross-entropy = the label law's entropy); one with logits twice as sharp, which
+    # would draft too confidently at every temperature, does not.
+    entropy = -(sharp * sharp.log()).sum(-1)
+    exact = -(sharp * distill_module._draft_log_law(subset + 3.0, 0.5)).sum(-1)
+    assert torch.allclose(exact, entropy, atol=1e-5)
+    overconfident = -(sharp * distill_module._draft_log_law(subset * 2, 0.5)).sum(-1)
+    assert (overconfident > entropy + 1e-3).all()
 
 
 def test_distill_is_seeded_learns_and_loads(tmp_path, tiny: HFModel) -> None:  # type: ignore[no-untyped-def]

@@ -11,10 +11,10 @@
    outputs from one more forward over each row (`_distill_data.with_taps`).
 3. The head learns, with teacher forcing on noisy features, f_t from (x_t, f_{t-1}):
    smooth-L1 to the target's feature (in units of the features' std) plus the
-   cross-entropy of its draft law against the target's law (temperature 1) on the draft
-   vocabulary. With `unroll` > 1 (EAGLE-3's training-time test) it is also unrolled on its
-   own predictions, as drafting runs it (`DraftHead.unrolled`), each step's cross-entropy
-   weighted by unroll_weight ** step.
+   cross-entropy of its draft law against the target's law on the draft vocabulary, both
+   at temperature 1 or both sharpened (`label_temperature`). With `unroll` > 1 (EAGLE-3's
+   training-time test) it is also unrolled on its own predictions, as drafting runs it
+   (`DraftHead.unrolled`), each step's cross-entropy weighted by unroll_weight ** step.
 4. Held-out acceptance: greedy speculative generation with K drafts on the benchmark
    prompts, which the head never saw (per kind: alpha, the acceptance at each draft depth,
    the mean tokens per round); and the hit rate of a depth-1 fan-out of its m likeliest
@@ -64,7 +64,7 @@ from .model import HFModel
 
 __all__ = ["FAN_OUT_NODES", "HELD_OUT_TEMPERATURES", "SAVE_EVERY", "distill", "evaluate_fan_out",
            "evaluate_held_out", "held_out", "held_out_alpha", "held_out_fan_out", "held_out_table",
-           "training_prompts"]
+           "label_law", "training_prompts"]
 
 
 # The widest fan-out whose held-out hit rate a card records.
@@ -86,6 +86,23 @@ def _noisy(previous: Tensor, width: int, noise: float, scale: float, generator: 
                                                             strict=True)], dim=-1)
 
 
+def label_law(logits: Tensor, lse: Tensor, temperature: float) -> Tensor:
+    """The law the cross-entropy fits, from the target's logits on the draft vocabulary
+    [..., S] and the log-normaliser of its logits over the whole vocabulary [...]: at
+    temperature 1 the target's own law on the draft vocabulary (its mass outside it left out),
+    else softmax(logits / temperature) over the draft vocabulary."""
+    if temperature == 1:
+        return torch.exp(logits - lse[..., None])
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def _draft_log_law(logits: Tensor, temperature: float) -> Tensor:
+    """The head's log-law at the label law's temperature: both laws compared at one
+    temperature, so that a head that fits exactly has the target's logits (up to a constant
+    per position) and drafts as well at every sampling temperature."""
+    return torch.log_softmax(logits if temperature == 1 else logits / temperature, dim=-1)
+
+
 def _loss(head: DraftHead, batch: list[Row], plan: DistillPlan,
           scale: float, weight: Tensor, generator: torch.Generator) -> Tensor:
     width = max(len(ids) for ids, _, _ in batch)
@@ -97,19 +114,19 @@ def _loss(head: DraftHead, batch: list[Row], plan: DistillPlan,
     previous = torch.cat([torch.zeros_like(wide[:, :1]), wide[:, :-1]], dim=1)
     previous = _noisy(previous, head.width, plan.noise, scale, generator)
     with torch.no_grad():
-        p = torch.exp(feats @ weight.T - lse[..., None])  # the target's law on the draft vocabulary
+        p = label_law(feats @ weight.T, lse, plan.label_temperature)
     if plan.unroll == 1:
         guess = head.features(ids, previous)
         # In units of the features' std, so that the two terms keep their weights' proportion.
         regression = (F.smooth_l1_loss(guess / scale, feats / scale, reduction="none").mean(-1) * valid).sum()
-        cross = -(p * torch.log_softmax(guess @ weight.T, dim=-1)).sum(-1)
+        cross = -(p * _draft_log_law(guess @ weight.T, plan.label_temperature)).sum(-1)
         return (plan.feature_weight * regression + plan.logit_weight * (cross * valid).sum()) / valid.sum()
     steps = head.unrolled(ids, previous, plan.unroll)
     total = torch.zeros((), dtype=feats.dtype)
     for j, guess in enumerate(steps):
         # Step j at position t is a draft j + 1 deep: it exists from t = j on.
         mask = valid * (torch.arange(width) >= j).float()[None, :]
-        cross = -(p * torch.log_softmax(guess @ weight.T, dim=-1)).sum(-1)
+        cross = -(p * _draft_log_law(guess @ weight.T, plan.label_temperature)).sum(-1)
         term = plan.logit_weight * (cross * mask).sum()
         if j == 0 and plan.feature_weight:
             term = term + plan.feature_weight * (F.smooth_l1_loss(

@@ -190,6 +190,12 @@ class DistillPlan:
         vocab: the draft vocabulary's size (the most frequent sampled tokens), 0 for all.
         epochs, lr, batch_rows, feature_weight, logit_weight, noise: training (rows per
             step; loss weights; feature noise, as a fraction of the features' std).
+        label_temperature: the temperature at which the cross-entropy compares the head's
+            law with the target's: 1, the target's law as it is (over the draft vocabulary,
+            unnormalised); below 1, both sharpened (the target's renormalised over the draft
+            vocabulary), which weighs the likeliest tokens, those greedy and low-temperature
+            sampling keep, more, while a head that fits exactly still has the target's
+            logits up to a constant and drafts at every temperature.
         unroll: training-time test (EAGLE-3): the head is unrolled this many draft steps on
             its own predicted features, with the attention drafting sees; step j's
             cross-entropy weighs unroll_weight ** j. 1: teacher forcing only.
@@ -215,6 +221,7 @@ class DistillPlan:
     feature_weight: float = 1.0
     logit_weight: float = 0.5
     noise: float = 0.05
+    label_temperature: float = 1.0
     unroll: int = 1
     unroll_weight: float = 0.8
     taps: str = ""
@@ -234,9 +241,9 @@ class DistillPlan:
         check_int("vocab", self.vocab, 0)
         check_int("grounded", self.grounded, 0)
         check_int("seed", self.seed, 0)
-        for name in ("temperature", "lr", "feature_weight", "logit_weight", "noise"):
+        for name in ("temperature", "lr", "feature_weight", "logit_weight", "noise", "label_temperature"):
             value = getattr(self, name)
-            positive = name in ("temperature", "lr")
+            positive = name in ("temperature", "lr", "label_temperature")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
                     (positive and value == 0):
                 raise ValueError(f"{name}: expected a number {'> 0' if positive else '>= 0'}, "
