@@ -363,7 +363,8 @@ def heads(root: Path) -> Lines:
         recipe = (f"{_recipe(plan)}: unroll {plan.get('unroll', 1)}, feature weight "
                   f"{plan.get('feature_weight')}, {card.get('training_tokens', '?')} tokens"
                   f"{', taps ' + plan['taps'] if plan.get('taps') else ''}"
-                  f"{f', {topics} topics' if (topics := plan.get('topics', 96)) != 96 else ''}, "
+                  f"{f', {topics} topics' if (topics := plan.get('topics', 96)) != 96 else ''}"
+                  f"{f', labels at T={tau}' if (tau := plan.get('label_temperature', 1.0)) != 1 else ''}, "
                   f"{plan.get('epochs', '?')} epochs")
         name = f"`{path.stem}`" + (" (not shipped)" if path.parent == root / TRIED else "")
         table = card.get("held_out_by_temperature")

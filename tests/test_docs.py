@@ -263,10 +263,14 @@ def test_a_tried_card_with_a_shipped_heads_plan_renders_as_its_reproduction(tmp_
     (shipped / "h.json").write_text(card(plan, 1.6, "a"))
     (tried / "h-again.json").write_text(card(plan, 1.52, "b"))
     (tried / "h-other.json").write_text(card({**plan, "epochs": 4}, 1.7, "c"))
+    (tried / "h-wide.json").write_text(card({**plan, "topics": 422, "label_temperature": 0.5}, 1.5, "d"))
     assert _render(tmp_path).returncode == 0
     page = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert ("| `h-again` | `h` | T=0: 1.600 / T=0.7: 1.600 | T=0: 1.520 / T=0.7: 1.520 | 5.0% | no "
             "| 3,082 (2) |"
             in page), page
     assert "`h-other` (not shipped)" in page
+    # A plan's settings past the recipes' defaults are named in its row.
+    assert ("| `h-wide` (not shipped) | custom: unroll 1, feature weight None, ? tokens, 422 topics, "
+            "labels at T=0.5, 2 epochs |") in page, page
     assert "`h-again` (not shipped)" not in page
