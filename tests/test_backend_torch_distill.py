@@ -11,6 +11,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -247,6 +250,46 @@ def test_an_interrupted_run_continues_from_its_checkpoint_to_the_same_head(tmp_p
     assert (card["invocations"], whole["invocations"]) == (3, 1)
     assert json.loads((tmp_path / "run" / "elapsed.json").read_text())["invocations"] == 3
     assert seen.count("training") < len(whole["epoch_losses"]) * -(-card["training_rows"] // V2.batch_rows)
+
+
+def test_a_folder_from_before_a_plan_field_continues_at_its_default(tmp_path, tiny: HFModel) -> None:  # type: ignore[no-untyped-def]
+    """The training state and the clock of a run cut before `topics` and `label_temperature`
+    existed (its recorded plan lacks them) continue: those fields ran at their defaults. A
+    recorded value that differs starts the training anew."""
+    tokenizer = loading.load_tokenizer("smollm2")
+    whole = distill(tiny, tokenizer, V2, tmp_path / "whole.safetensors")
+
+    def stop(name: str, done: int, total: int) -> None:
+        if name == "training" and done >= 7:  # 5 steps an epoch: one epoch saved
+            raise _Stop
+
+    def rewrite(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:
+        state = torch.load(folder / "training.pt", weights_only=False)
+        change(state["plan"])
+        torch.save(state, folder / "training.pt")
+        clock = json.loads((folder / "elapsed.json").read_text())
+        change(clock["plan"])
+        (folder / "elapsed.json").write_text(json.dumps(clock))
+
+    def older(plan: dict[str, Any]) -> None:
+        del plan["topics"], plan["label_temperature"]
+
+    def other(plan: dict[str, Any]) -> None:
+        plan["label_temperature"] = 0.5
+
+    for name, change, invocations in (("old", older, 2), ("other", other, 1)):
+        with pytest.raises(_Stop):
+            distill(tiny, tokenizer, V2, tmp_path / f"{name}.safetensors", checkpoint=tmp_path / name,
+                    progress=stop)
+        rewrite(tmp_path / name, change)
+        seen: list[str] = []
+        card = distill(tiny, tokenizer, V2, tmp_path / f"{name}.safetensors", checkpoint=tmp_path / name,
+                       progress=lambda stage, done, total, seen=seen: seen.append(stage))
+        made = (tmp_path / f"{name}.safetensors").read_bytes()
+        assert made == (tmp_path / "whole.safetensors").read_bytes()
+        assert card["invocations"] == invocations, name
+        steps = len(whole["epoch_losses"]) * -(-card["training_rows"] // V2.batch_rows)
+        assert (seen.count("training") < steps) == (name == "old"), name
 
 
 def test_a_v2_card_records_the_recipe_and_the_acceptance_at_each_depth(tmp_path, tiny: HFModel) -> None:  # type: ignore[no-untyped-def]

@@ -135,6 +135,14 @@ def _loss(head: DraftHead, batch: list[Row], plan: DistillPlan,
     return total
 
 
+def _same_plan(recorded: Any, plan: DistillPlan) -> bool:
+    """Whether a plan recorded in a checkpoint folder is `plan`; a field it lacks was added
+    after it was written and ran at the field's default."""
+    if not isinstance(recorded, dict):
+        return False
+    return {**dataclasses.asdict(DistillPlan()), **recorded} == dataclasses.asdict(plan)
+
+
 def _train(head: DraftHead, data: list[Row], plan: DistillPlan,
            progress: Progress, folder: Path | None = None) -> list[float]:
     """Train `head` on `data`; with a `folder`, save the whole training state there every
@@ -153,7 +161,7 @@ def _train(head: DraftHead, data: list[Row], plan: DistillPlan,
     epoch, position, total, order = 0, 0, 0.0, None
     saved = torch.load(state_file, weights_only=False) if state_file is not None and state_file.is_file() \
         else None
-    if saved is not None and saved.get("plan") != dataclasses.asdict(plan):
+    if saved is not None and not _same_plan(saved.get("plan"), plan):
         saved = None  # another plan's training on the same samples: train anew (and overwrite it)
     if saved is not None:
         head.load_state_dict(saved["head"])
@@ -283,7 +291,7 @@ class _Clock:
         self.file = None if folder is None else folder / "elapsed.json"
         self.plan = dataclasses.asdict(plan)
         earlier = json.loads(self.file.read_text()) if self.file is not None and self.file.is_file() else {}
-        if earlier.get("plan") != self.plan:
+        if not _same_plan(earlier.get("plan"), plan):
             earlier = {}
         self.earlier = float(earlier.get("seconds", 0.0))
         self.invocations = int(earlier.get("invocations", 0)) + 1
