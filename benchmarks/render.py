@@ -355,16 +355,21 @@ def heads(root: Path) -> Lines:
     shipped = {path: card for path, card in loaded.items() if path.parent == root / HEADS}
     copies = {path: of for path, card in loaded.items()
               if path.parent == root / TRIED and (of := _reproduces(card, shipped)) is not None}
+    from specsample.drafters.head import DistillPlan
+
+    default = DistillPlan()  # a card's plan lacks the fields added after it was trained
     rows = []
     for path, card in loaded.items():
         if path in copies:
             continue
         plan = card.get("plan", {})
+        topics = plan.get("topics", default.topics)
+        tau = plan.get("label_temperature", default.label_temperature)
         recipe = (f"{_recipe(plan)}: unroll {plan.get('unroll', 1)}, feature weight "
                   f"{plan.get('feature_weight')}, {card.get('training_tokens', '?')} tokens"
                   f"{', taps ' + plan['taps'] if plan.get('taps') else ''}"
-                  f"{f', {topics} topics' if (topics := plan.get('topics', 96)) != 96 else ''}"
-                  f"{f', labels at T={tau}' if (tau := plan.get('label_temperature', 1.0)) != 1 else ''}, "
+                  f"{f', {topics} topics' if topics != default.topics else ''}"
+                  f"{f', labels at T={tau}' if tau != default.label_temperature else ''}, "
                   f"{plan.get('epochs', '?')} epochs")
         name = f"`{path.stem}`" + (" (not shipped)" if path.parent == root / TRIED else "")
         table = card.get("held_out_by_temperature")

@@ -11,6 +11,7 @@ finish and read back on a later run of the same sampling settings.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections import Counter
@@ -34,8 +35,8 @@ from ._fast import hf_config
 from .head_file import fingerprints
 from .model import HFModel
 
-__all__ = ["SAMPLING_FIELDS", "Progress", "Row", "checkpoint_folder", "passage", "sample_rows",
-           "training_prompts", "vocabulary", "with_taps"]
+__all__ = ["SAMPLING_FIELDS", "Progress", "Row", "checkpoint_folder", "passage", "recorded_plan",
+           "sample_rows", "training_prompts", "vocabulary", "with_taps"]
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 # Rows per forward of the taps pass.
@@ -168,8 +169,12 @@ def vocabulary(rows: Sequence[list[int]], size: int, total: int, keep: Sequence[
 
 SAMPLING_FIELDS = ("prompts", "topics", "grounded", "new_tokens", "temperature", "temperatures", "samples",
                    "batch", "seed")
-# A folder written before a field existed ran at its default.
-_DEFAULTS = {"samples": 1, "topics": DistillPlan.topics}
+
+
+def recorded_plan(recorded: Any) -> dict[str, Any]:
+    """A plan recorded in a checkpoint folder, as a dict of every field: a field it lacks was
+    added after it was written, and that run used the field's default."""
+    return {**dataclasses.asdict(DistillPlan()), **(recorded if isinstance(recorded, dict) else {})}
 
 
 def _sampling(plan: DistillPlan) -> dict[str, Any]:
@@ -197,8 +202,8 @@ def checkpoint_folder(folder: str | Path | None, plan: DistillPlan, target: HFMo
     record = folder / "run.json"
     if record.is_file():
         earlier = json.loads(record.read_text())
-        differ = sorted(k for k in settings
-                        if earlier.get("plan", {}).get(k, _DEFAULTS.get(k)) != settings[k])
+        recorded = recorded_plan(earlier.get("plan"))
+        differ = sorted(k for k in settings if recorded[k] != settings[k])
         if earlier.get("target_fingerprint") != run["target_fingerprint"]:
             differ.append("target")
         if differ:

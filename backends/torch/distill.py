@@ -52,6 +52,7 @@ from ._distill_data import (
     Row,
     checkpoint_folder,
     passage,
+    recorded_plan,
     sample_rows,
     training_prompts,
     vocabulary,
@@ -136,11 +137,8 @@ def _loss(head: DraftHead, batch: list[Row], plan: DistillPlan,
 
 
 def _same_plan(recorded: Any, plan: DistillPlan) -> bool:
-    """Whether a plan recorded in a checkpoint folder is `plan`; a field it lacks was added
-    after it was written and ran at the field's default."""
-    if not isinstance(recorded, dict):
-        return False
-    return {**dataclasses.asdict(DistillPlan()), **recorded} == dataclasses.asdict(plan)
+    """Whether a plan recorded in a checkpoint folder is `plan` (`recorded_plan`)."""
+    return isinstance(recorded, dict) and recorded_plan(recorded) == dataclasses.asdict(plan)
 
 
 def _train(head: DraftHead, data: list[Row], plan: DistillPlan,
