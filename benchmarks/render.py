@@ -365,11 +365,13 @@ def heads(root: Path) -> Lines:
         plan = card.get("plan", {})
         topics = plan.get("topics", default.topics)
         tau = plan.get("label_temperature", default.label_temperature)
+        layers = plan.get("layers", default.layers)
         recipe = (f"{_recipe(plan)}: unroll {plan.get('unroll', 1)}, feature weight "
                   f"{plan.get('feature_weight')}, {card.get('training_tokens', '?')} tokens"
                   f"{', taps ' + plan['taps'] if plan.get('taps') else ''}"
                   f"{f', {topics} topics' if topics != default.topics else ''}"
-                  f"{f', labels at T={tau}' if tau != default.label_temperature else ''}, "
+                  f"{f', labels at T={tau}' if tau != default.label_temperature else ''}"
+                  f"{f', {layers} layers' if layers != default.layers else ''}, "
                   f"{plan.get('epochs', '?')} epochs")
         name = f"`{path.stem}`" + (" (not shipped)" if path.parent == root / TRIED else "")
         table = card.get("held_out_by_temperature")

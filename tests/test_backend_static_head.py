@@ -167,6 +167,15 @@ def test_a_head_that_fuses_tapped_layers_is_refused_by_name() -> None:
         backend.generate(target, HeadDrafter(fused), _ragged()[0], RunOptions(max_new_tokens=4))
 
 
+def test_a_head_of_two_layers_is_refused_by_name(target) -> None:  # type: ignore[no-untyped-def]
+    """The engine's head graphs run one layer: a deeper head is an error, not a wrong draft."""
+    deeper = HeadModel(DraftHead(target, layers=2))
+    backend = create_cpu({"buckets": BUCKETS, "dtype": "float64", "compiler": "aot_eager"})
+    with pytest.raises(ValueError, match=r"drafter: the static engine's graphs run a one-layer head, got "
+                                         r"a head of 2 layers"):
+        backend.generate(target, HeadDrafter(deeper), _ragged()[0], RunOptions(max_new_tokens=4))
+
+
 @pytest.mark.slow
 def test_the_shipped_head_runs_on_smollm2_with_the_eager_greedy_tokens() -> None:
     """The real model and the shipped head (8,192 ids): `load_drafter("head")` on static-cpu,

@@ -92,6 +92,7 @@ def test_grounded_prompts_mix_passages_and_code() -> None:
     ("noise", -1.0, "noise: expected a number >= 0"), ("vocab", -1, "vocab: expected"),
     ("grounded", -1, "grounded: expected"), ("topics", 0, "topics: expected"),
     ("label_temperature", 0.0, "label_temperature: expected a number > 0"),
+    ("layers", 0, "layers: expected"),
 ])
 def test_bad_plans_are_clear_errors(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -343,6 +344,26 @@ def test_a_run_that_changes_only_the_training_reuses_the_samples(tmp_path, tiny:
     assert (tmp_path / "b.safetensors").read_bytes() == (tmp_path / "c.safetensors").read_bytes()
     assert card["epoch_losses"] == fresh["epoch_losses"]
     assert card["invocations"] == 1  # the first plan's invocation is not this plan's
+
+
+def test_a_deeper_head_trains_on_the_same_samples_and_loads_with_its_layers(tmp_path, tiny: HFModel,  # type: ignore[no-untyped-def]
+                                                                         monkeypatch) -> None:
+    """`layers` is a training setting: a two-layer plan reads a one-layer run's samples back from
+    its folder, and writes a head that loads with two layers and decodes greedily as plain."""
+    tokenizer = loading.load_tokenizer("smollm2")
+    distill(tiny, tokenizer, PLAN, tmp_path / "one.safetensors", checkpoint=tmp_path / "run")
+    sampled: list[int] = []
+    real = data_module._sample_batch
+    monkeypatch.setattr(data_module, "_sample_batch", lambda *a, **k: sampled.append(1) or real(*a, **k))
+    card = distill(tiny, tokenizer, dataclasses.replace(PLAN, layers=2), tmp_path / "two.safetensors",
+                   checkpoint=tmp_path / "run")
+    assert not sampled and card["plan"]["layers"] == 2
+    head = load_head(tmp_path / "two.safetensors", tiny)
+    assert head.layers == 2 and load_head(tmp_path / "one.safetensors", tiny).layers == 1
+    drafter = loading.load_drafter(f"head:{tmp_path / 'two.safetensors'}", tiny)
+    ids, greedy = torch.tensor([[1, 2, 3, 4]]), SamplingParams(temperature=0.0)
+    assert torch.equal(generate(tiny, drafter, ids, max_new_tokens=8, params=greedy, k=2).sequences,
+                       generate_plain(tiny, ids, max_new_tokens=8, params=greedy).sequences)
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [

@@ -264,6 +264,7 @@ def test_a_tried_card_with_a_shipped_heads_plan_renders_as_its_reproduction(tmp_
     (tried / "h-again.json").write_text(card(plan, 1.52, "b"))
     (tried / "h-other.json").write_text(card({**plan, "epochs": 4}, 1.7, "c"))
     (tried / "h-wide.json").write_text(card({**plan, "topics": 422, "label_temperature": 0.5}, 1.5, "d"))
+    (tried / "h-deep.json").write_text(card({**plan, "layers": 2}, 1.5, "e"))
     assert _render(tmp_path).returncode == 0
     page = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert ("| `h-again` | `h` | T=0: 1.600 / T=0.7: 1.600 | T=0: 1.520 / T=0.7: 1.520 | 5.0% | no "
@@ -273,4 +274,6 @@ def test_a_tried_card_with_a_shipped_heads_plan_renders_as_its_reproduction(tmp_
     # A plan's settings past the recipes' defaults are named in its row.
     assert ("| `h-wide` (not shipped) | custom: unroll 1, feature weight None, ? tokens, 422 topics, "
             "labels at T=0.5, 2 epochs |") in page, page
+    assert ("| `h-deep` (not shipped) | custom: unroll 1, feature weight None, ? tokens, 2 layers, "
+            "2 epochs |") in page, page
     assert "`h-again` (not shipped)" not in page

@@ -130,22 +130,24 @@ def test_a_head_tree_decodes_greedily_as_plain(target: HFModel, vocab: torch.Ten
     assert spec.metrics.drafted == nodes * spec.metrics.row_rounds
 
 
-def _shaken(target: HFModel, vocab: torch.Tensor | None = None, taps: tuple[int, ...] = ()) -> HeadModel:
+def _shaken(target: HFModel, vocab: torch.Tensor | None = None, taps: tuple[int, ...] = (),
+            layers: int = 1) -> HeadModel:
     """A head whose every weight is moved off its start (which copies the previous feature), so
     that a wrong feature, position or mask changes its output (with `taps`, its fuse too: a
-    wrong tapped layer changes it as well)."""
+    wrong tapped layer changes it as well; with `layers` > 1, every layer's K/V counts)."""
     torch.manual_seed(3)
-    head = DraftHead(target, vocab=vocab, taps=taps)
+    head = DraftHead(target, vocab=vocab, taps=taps, layers=layers)
     with torch.no_grad():
         for parameter in head.parameters():
             parameter.add_(0.2 * torch.randn_like(parameter))
     return HeadModel(head)
 
 
-def test_a_head_tree_forward_gives_each_node_its_paths_logits(target: HFModel) -> None:
+@pytest.mark.parametrize("layers", [1, 2])
+def test_a_head_tree_forward_gives_each_node_its_paths_logits(target: HFModel, layers: int) -> None:
     # Grown as a drafter grows it: the root's children, then the tree fed again with a child
     # below the first; each node's logits equal a chain forward of its path, feature by feature.
-    head = _shaken(target)
+    head = _shaken(target, layers=layers)
     drafter = HeadDrafter(head)
     ids, lengths = torch.tensor([PROMPT]), torch.tensor([len(PROMPT)])
     state = start(target, drafter, ids, lengths, capacity=16, stop_lengths=lengths + 4).draft_state
@@ -327,6 +329,45 @@ def test_bad_head_trees_are_clear_errors(target: HFModel) -> None:
         generate(_NoTreeFeatures(target), drafter, ids, max_new_tokens=4, params=GREEDY)  # type: ignore[arg-type]
 
 
+def test_a_committed_tree_path_moves_every_layers_keys(target: HFModel) -> None:
+    """A two-layer head after a tree forward and the commit of one path drafts on as a head that
+    fed that path as a chain: each layer's K/V (and the features) moved into place."""
+    head = _shaken(target, layers=2)
+    drafter = HeadDrafter(head)
+    ids, lengths = torch.tensor([PROMPT]), torch.tensor([len(PROMPT)])
+    state = start(target, drafter, ids, lengths, capacity=16, stop_lengths=lengths + 4).draft_state
+    buffer = torch.cat([ids, torch.zeros((1, 11), dtype=torch.int64)], 1)
+    _, cache = drafter._feed(state, buffer, lengths)
+    # Grown as a drafter grows it (a node reads its parent's feature from an earlier forward).
+    _, tree = head.forward_tree(torch.tensor([[2, 6]]), torch.tensor([[-1, -1]]), cache)
+    tree = rollback(tree, lengths)
+    _, tree = head.forward_tree(torch.tensor([[2, 6, 4]]), torch.tensor([[-1, -1, 0]]), tree)
+    tree = head.commit_path(rollback(tree, lengths + 2), lengths, torch.tensor([[0, 2]]))  # 2 then 4
+    after, tree = head.forward(torch.tensor([[5]]), tree)
+    chain = rollback(tree, lengths)
+    for token in (2, 4, 5):
+        want, chain = head.forward(torch.tensor([[token]]), chain)
+    torch.testing.assert_close(after[0, -1], want[0, -1], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("vocab", [None, torch.tensor([0, 2, 3, 5, 7])], ids=["all", "subset"])
+def test_a_two_layer_head_decodes_greedily_as_plain_and_reloads_with_its_layers(
+        tmp_path, target: HFModel, vocab: torch.Tensor | None) -> None:  # type: ignore[no-untyped-def]
+    head = _shaken(target, vocab, layers=2)
+    assert head.head.layers == 2 and len(head.stack.layers) == 2
+    ids = torch.tensor([[*PROMPT, 0, 0], [4, 4, 6, 1, 0, 2, 5]])  # ragged
+    lengths = torch.tensor([5, 7])
+    plain = generate_plain(target, ids, max_new_tokens=24, params=GREEDY, prompt_lengths=lengths)
+    for drafter in (HeadDrafter(head), HeadConfidenceTreeDrafter(head, nodes=4, depth=3, branch=2)):
+        spec = generate(target, drafter, ids, max_new_tokens=24, params=GREEDY, prompt_lengths=lengths, k=3)
+        assert torch.equal(spec.sequences, plain.sequences)
+    save_head(head.head, tmp_path / "two.safetensors", fingerprints(target))
+    loaded = load_head(tmp_path / "two.safetensors", target)
+    assert loaded.layers == 2
+    for mine, theirs in zip(loaded.state_dict().values(), head.head.state_dict().values(), strict=True):
+        assert torch.equal(mine, theirs)
+
+
 def _first_tokens(target: HFModel, drafter: Any, length: int) -> np.ndarray:
     ids = torch.tensor([PROMPT] * ROWS)
     if drafter is None:
@@ -340,6 +381,8 @@ def _drafter(target: HFModel, kind: str) -> Any:
     if kind.startswith("fused"):  # a shaken head fusing layer 0 with the top feature
         fused = _shaken(target, torch.tensor([0, 1, 3, 4, 6]), taps=(0,))
         return _Lying(fused) if kind.endswith("negative-control") else HeadDrafter(fused)
+    if kind == "two-layers":  # a shaken head of two layers, as a grown tree
+        return HeadConfidenceTreeDrafter(_shaken(target, layers=2), nodes=4, depth=3, branch=2)
     head = HeadModel(DraftHead(target, vocab=torch.tensor([0, 1, 3, 4, 6])))
     if kind == "negative-control":
         return _Lying(head)
@@ -361,7 +404,8 @@ def _drafter(target: HFModel, kind: str) -> Any:
 
 
 @pytest.mark.parametrize("kind", ["head", "hybrid", "auto", "tree", "grown", "auto-fan-out", "fused",
-                                  "negative-control", "tree-negative-control", "fused-negative-control"])
+                                  "two-layers", "negative-control", "tree-negative-control",
+                                  "fused-negative-control"])
 def test_sampled_output_follows_the_target_law(target: HFModel, kind: str) -> None:
     lying = kind.endswith("negative-control")
     if kind.startswith("fused"):  # a fused head taps its target: its own copy, not the shared one
@@ -379,15 +423,20 @@ def test_sampled_output_follows_the_target_law(target: HFModel, kind: str) -> No
         assert both.passed, str(both)
 
 
-@pytest.mark.parametrize("taps", [(), (0,)], ids=["top", "fused"])
-def test_training_features_are_the_drafting_function(target: HFModel, taps: tuple[int, ...]) -> None:
+@pytest.mark.parametrize(("taps", "layers"), [((), 1), ((0,), 1), ((), 2)],
+                         ids=["top", "fused", "two-layers"])
+def test_training_features_are_the_drafting_function(target: HFModel, taps: tuple[int, ...],
+                                                      layers: int) -> None:
     # Teacher forcing with the target's features gives the logits the drafter computes.
     target = _tiny() if taps else target  # a fused head taps its target
-    head = DraftHead(target, taps=taps)
+    head = DraftHead(target, taps=taps, layers=layers)
     with torch.no_grad():
         head.fc.weight.normal_(0, 0.2)  # not the identity start: a generic head
         if head.fuse is not None:
             head.fuse.weight.normal_(0, 0.2)
+        for extra in head.more:  # its residual branches off zero: the layer counts
+            for name in ("o", "down"):
+                extra.linears[name].weight.normal_(0, 0.2)
     x = torch.tensor([[3, 4, 5, 6, 7, 1, 2]])
     _, features, _ = target.forward_features(x, target.new_cache(1, 8))
     previous = torch.cat([torch.zeros_like(features[:, :1]), features[:, :-1]], dim=1)
@@ -399,13 +448,15 @@ def test_training_features_are_the_drafting_function(target: HFModel, taps: tupl
     torch.testing.assert_close(drafted, trained, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("taps", [(), (0,)], ids=["top", "fused"])
-def test_unrolled_training_steps_are_what_drafting_computes(target: HFModel, taps: tuple[int, ...]) -> None:
+@pytest.mark.parametrize(("taps", "layers"), [((), 1), ((0,), 1), ((), 2)],
+                         ids=["top", "fused", "two-layers"])
+def test_unrolled_training_steps_are_what_drafting_computes(target: HFModel, taps: tuple[int, ...],
+                                                            layers: int) -> None:
     # Training-time test: step j at position t must be the feature a draft j + 1 deep computes
     # there, i.e. the head fed the target's features up to t - j and its own after that, one
     # draft step at a time; a wrong mask or a wrong previous feature breaks the equality.
     target = _tiny() if taps else target  # a fused head taps its target
-    model = _shaken(target, taps=taps)
+    model = _shaken(target, taps=taps, layers=layers)
     head = model.head
     x = torch.tensor([[*PROMPT, 3, 6, 1]])
     width = int(x.shape[1])
@@ -464,6 +515,10 @@ def test_bad_heads_and_uses_are_clear_errors(target: HFModel) -> None:
         DraftHead(target, vocab=torch.tensor([1, 9]))
     with pytest.raises(ValueError, match="distinct"):
         DraftHead(target, vocab=torch.tensor([1, 1]))
+    for layers in (0, 1.0, True):
+        with pytest.raises(ValueError, match=rf"layers: expected an int >= 1 \(the head's decoder layers\), "
+                                             rf"got {layers!r}"):
+            DraftHead(target, layers=layers)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="head: expected a FeatureHead"):
         HeadDrafter(target)  # type: ignore[arg-type]
     drafter = HeadDrafter(HeadModel(DraftHead(target)))

@@ -248,6 +248,10 @@ class StaticBackend(CoreBackend):
                                      f"feature alone, got a head that fuses layers "
                                      f"{draft.head.taps.tolist()} with it (recipe v3): run it on the torch "
                                      f"backend, or use a head without taps")
+                if draft.head.layers != 1:
+                    raise ValueError(f"drafter: the static engine's graphs run a one-layer head, got "
+                                     f"a head of {draft.head.layers} layers: run it on the torch "
+                                     f"backend")
                 out, ids = draft.projection
                 head = HeadLinears(fc=draft.head.fc, out=out, ids=ids)
             self._engines[key] = Engine(_stack("target", target, pieces), stack,

@@ -369,7 +369,7 @@ def distill(target: HFModel, tokenizer: Any, plan: DistillPlan, path: str | Path
     rows = [ids.tolist() for ids, _, _ in data]
     keep = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
     head = DraftHead(target, vocab=vocabulary(rows, plan.vocab, target.vocab_size, keep),
-                     taps=taps)
+                     taps=taps, layers=plan.layers)
     with torch.no_grad():
         data = with_taps(target, data, taps, report, folder)
     losses = _train(head, data, plan, report, folder)

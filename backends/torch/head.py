@@ -13,7 +13,7 @@ function with autograd. Its file format (safetensors and a card) is `head_file`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -30,8 +30,9 @@ _LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
 
 
 class DraftHead(nn.Module):
-    """FC [2D -> D] and one decoder layer shaped like the target's (initialised from its last,
-    with its residual branches at zero, so that an untrained head predicts f_t = f_{t-1}).
+    """FC [2D -> D] and `layers` decoder layers shaped like the target's (each initialised
+    from its last, with its residual branches at zero, so that an untrained head predicts
+    f_t = f_{t-1}).
 
     Args:
         target: the target (fast path) whose embeddings, rotary table and output head the
@@ -41,34 +42,36 @@ class DraftHead(nn.Module):
             low, middle and high features; `HFModel.tap`): the feature it reads at a position
             the target computed is fuse([f; rms(h_i) for each tap i]), fuse a linear
             [D * (1 + taps) -> D] that starts as "f alone". () reads f alone (EAGLE-1's input).
+        layers: its decoder layers (1, EAGLE's; more raise its capacity and its cost per
+            draft step alike). The first keeps the names a one-layer head's file has
+            (`input_norm`, `post_norm`, `linears`); the others are `more`.
     """
 
     vocab: Tensor  # int64 [S]: the ids the draft may propose, sorted
     taps: Tensor  # int64 [n]: the target's layers fused with f (empty: none)
 
-    def __init__(self, target: HFModel, vocab: Tensor | None = None, taps: tuple[int, ...] = ()) -> None:
+    def __init__(self, target: HFModel, vocab: Tensor | None = None, taps: tuple[int, ...] = (),
+                 layers: int = 1) -> None:
         super().__init__()
         if target.stack is None:
             raise ValueError(f"target: a draft head needs the fast path (a Llama-like target), "
                              f"got a {type(target.module).__name__}")
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+            raise ValueError(f"layers: expected an int >= 1 (the head's decoder layers), got {layers!r}")
         stack, width = target.stack, int(target.stack.embed.shape[1])
-        layers: Any = target.module.get_submodule("model.layers")
-        last = layers[-1]
+        decoder: Any = target.module.get_submodule("model.layers")
+        last = decoder[-1]
         dtype, device = stack.embed.dtype, stack.embed.device  # the target's, GPU or CPU
         self.fc = nn.Linear(2 * width, width, bias=True, dtype=dtype, device=device)
         with torch.no_grad():  # start from "the feature of the previous position"
             self.fc.weight.zero_()
             self.fc.bias.zero_()
             self.fc.weight[:, width:].copy_(torch.eye(width, dtype=dtype, device=device))
-        self.input_norm = nn.Parameter(last.input_layernorm.weight.detach().clone())
-        self.post_norm = nn.Parameter(last.post_attention_layernorm.weight.detach().clone())
-        modules = (last.self_attn.q_proj, last.self_attn.k_proj, last.self_attn.v_proj,
-                   last.self_attn.o_proj, last.mlp.gate_proj, last.mlp.up_proj, last.mlp.down_proj)
-        self.linears = nn.ModuleDict({n: _copy(m) for n, m in zip(_LINEARS, modules, strict=True)})
-        with torch.no_grad():  # the residual branches start at zero: the layer starts as identity
-            for name in ("o", "down"):
-                branch: Any = self.linears[name]
-                branch.weight.zero_()
+        first = _HeadLayer(last)
+        self.input_norm: nn.Parameter = first.input_norm
+        self.post_norm: nn.Parameter = first.post_norm
+        self.linears: nn.ModuleDict = first.linears
+        self.more = nn.ModuleList(_HeadLayer(last) for _ in range(layers - 1))
         self.register_buffer("vocab", _vocab(vocab, target.vocab_size).to(stack.embed.device),
                              persistent=True)
         try:
@@ -106,16 +109,25 @@ class DraftHead(nn.Module):
         out: Tensor = self.fuse(torch.cat(scaled, dim=-1))
         return out
 
+    @property
+    def layers(self) -> int:
+        """Its decoder layers."""
+        return 1 + len(self.more)
+
     def stack(self, *, pack: bool) -> LlamaStack:
-        """The head's layer as a one-layer LlamaStack over the target's settings."""
-        modules: dict[str, Any] = dict(self.linears.items())
-        dense = {n: DenseLinear(m.weight.detach() if pack else m.weight, m.bias, pack=pack)
-                 for n, m in modules.items()}
+        """The head's layers as a LlamaStack over the target's settings."""
         mine = self.target_stack.layers[0].q
-        for linear in dense.values():  # the kernels measured for the target's small forwards
-            linear.plain_rows = getattr(mine, "plain_rows", linear.plain_rows)
-        layer = LlamaLayer(input_norm=self.input_norm, post_norm=self.post_norm, **dense)
-        return dataclasses.replace(self.target_stack, layers=(layer,), reduce=None)
+        layers = []
+        more = [cast(_HeadLayer, m) for m in self.more]
+        for input_norm, post_norm, linears in [(self.input_norm, self.post_norm, self.linears)] + [
+                (m.input_norm, m.post_norm, m.linears) for m in more]:
+            modules: dict[str, Any] = dict(linears.items())
+            dense = {n: DenseLinear(m.weight.detach() if pack else m.weight, m.bias, pack=pack)
+                     for n, m in modules.items()}
+            for linear in dense.values():  # the kernels measured for the target's small forwards
+                linear.plain_rows = getattr(mine, "plain_rows", linear.plain_rows)
+            layers.append(LlamaLayer(input_norm=input_norm, post_norm=post_norm, **dense))
+        return dataclasses.replace(self.target_stack, layers=tuple(layers), reduce=None)
 
     def features(self, tokens: Tensor, previous: Tensor) -> Tensor:
         """Training: predicted features [B, T, D] from tokens [B, T] at positions 0..T-1 and
@@ -128,7 +140,7 @@ class DraftHead(nn.Module):
         positions = torch.arange(width, device=tokens.device).expand(batch, width)
         mask = attention_mask(torch.arange(width, device=tokens.device), positions, stack.window)
         shape = (batch, stack.kv_heads, width, stack.head_dim)
-        buffers = ((x.new_zeros(shape), x.new_zeros(shape)),)
+        buffers = tuple((x.new_zeros(shape), x.new_zeros(shape)) for _ in stack.layers)
         return llama_layers(stack, x, positions, mask, buffers)
 
     def unrolled(self, tokens: Tensor, previous: Tensor, steps: int) -> list[Tensor]:
@@ -152,7 +164,7 @@ class DraftHead(nn.Module):
         key_at = t.repeat(steps)  # [S * T]
         shape = (batch, stack.kv_heads, steps * width, stack.head_dim)
         previous = self.fused(previous)
-        buffers = (previous.new_zeros(shape), previous.new_zeros(shape))
+        buffers = tuple((previous.new_zeros(shape), previous.new_zeros(shape)) for _ in stack.layers)
         out: list[Tensor] = []
         for j in range(steps):
             x = self.fc(torch.cat([token_part, previous], dim=-1))
@@ -161,8 +173,8 @@ class DraftHead(nn.Module):
                                (key_step[None, :] <= j) & chained)
             mask = seen[None, None].expand(batch, 1, width, steps * width)
             # A fresh copy per step: the earlier steps' graph keeps the keys it read.
-            buffers = (buffers[0].clone(), buffers[1].clone()) if j else buffers
-            h = llama_layers(stack, x, positions, mask, (buffers,), (j * width + t).expand(batch, width))
+            buffers = tuple((k.clone(), v.clone()) for k, v in buffers) if j else buffers
+            h = llama_layers(stack, x, positions, mask, buffers, (j * width + t).expand(batch, width))
             out.append(h)
             previous = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
         return out
@@ -174,6 +186,23 @@ class DraftHead(nn.Module):
             return features @ _head_weight(self.target_stack.head).T
         out = features.new_full((*features.shape[:-1], size), float("-inf"))
         return out.index_copy(-1, rows, features @ _head_weight(self.target_stack.head)[rows].T)
+
+
+class _HeadLayer(nn.Module):
+    """One decoder layer's weights, copied from the target's `layer` with its residual
+    branches (o, down) at zero: it starts as the identity."""
+
+    def __init__(self, layer: Any) -> None:
+        super().__init__()
+        self.input_norm = nn.Parameter(layer.input_layernorm.weight.detach().clone())
+        self.post_norm = nn.Parameter(layer.post_attention_layernorm.weight.detach().clone())
+        modules = (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
+                   layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)
+        self.linears = nn.ModuleDict({n: _copy(m) for n, m in zip(_LINEARS, modules, strict=True)})
+        with torch.no_grad():
+            for name in ("o", "down"):
+                branch: Any = self.linears[name]
+                branch.weight.zero_()
 
 
 def columns(x: Tensor, width: int) -> list[Tensor]:
@@ -210,8 +239,8 @@ def _head_weight(head: Any) -> Tensor:
 
 
 class HeadModel:
-    """A `DraftHead` as a `FeatureHead`: K/V [B, H_kv, C, hd], features F [B, C, D] and the
-    per-row count of positions whose feature is the target's.
+    """A `DraftHead` as a `FeatureHead`: K/V [B, H_kv, C, hd] per layer, features F [B, C, D]
+    and the per-row count of positions whose feature is the target's.
 
     A forward at positions t reads F[t - 1] (zeros at t = 0), and writes its predicted
     feature at every position t >= known[b], so the next draft step reads it back.
@@ -254,8 +283,8 @@ class HeadModel:
             self._slots = torch.arange(capacity, device=self.device)
         shape = (batch, stack.kv_heads, capacity, stack.head_dim)
         with torch.inference_mode():
-            kv = (torch.zeros(shape, dtype=dtype, device=self.device),
-                  torch.zeros(shape, dtype=dtype, device=self.device))
+            kv = tuple((torch.zeros(shape, dtype=dtype, device=self.device),
+                        torch.zeros(shape, dtype=dtype, device=self.device)) for _ in stack.layers)
             feats = torch.zeros((batch, capacity, int(stack.embed.shape[1])), dtype=dtype,
                                 device=self.device)
             known = torch.zeros(batch, dtype=torch.int64, device=self.device)
@@ -325,8 +354,8 @@ class HeadModel:
         check_live(cache)
         kv, feats, known = cache.buffers
         with torch.inference_mode():
-            keys, values = kv
-            move_path(keys, values, first, path)
+            for keys, values in kv:
+                move_path(keys, values, first, path)
             rows = torch.arange(feats.shape[0], device=feats.device)[:, None]
             dst = first[:, None] + self._slots[:path.shape[1]][None, :]
             src = torch.where(path >= 0, first[:, None] + path, dst).clamp(max=cache.capacity - 1)
@@ -355,7 +384,7 @@ class HeadModel:
             previous = feats.gather(1, before.clamp(min=0)[:, :, None].expand(-1, -1, feats.shape[2]))
             previous = previous * (before >= 0)[:, :, None]
             x = self.head.fc(torch.cat([embed(tokens, stack.embed, stack.embed_scale), previous], -1))
-            h = llama_layers(stack, x, positions, mask, (kv,), None if parents is None else slots)
+            h = llama_layers(stack, x, positions, mask, kv, None if parents is None else slots)
             guess = slots >= known[:, None]  # not the target's: keep the prediction
             index = slots.clamp(max=cache.capacity - 1)[:, :, None].expand(-1, -1, feats.shape[2])
             feats.scatter_(1, index, torch.where(guess[:, :, None], h, feats.gather(1, index)))

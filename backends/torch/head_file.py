@@ -155,6 +155,9 @@ def load_head(path: str | Path, target: HFModel) -> DraftHead:
     weights = load_file(str(path))
     # A head written before heads could fuse taps has none.
     taps = weights.setdefault("taps", torch.zeros(0, dtype=torch.int64))
-    head = DraftHead(target, vocab=weights["vocab"], taps=tuple(int(i) for i in taps.tolist()))
+    # Its layers past the first are "more.N.*" (a one-layer head has none).
+    layers = 1 + len({name.split(".")[1] for name in weights if name.startswith("more.")})
+    head = DraftHead(target, vocab=weights["vocab"], taps=tuple(int(i) for i in taps.tolist()),
+                     layers=layers)
     head.load_state_dict(weights)
     return head

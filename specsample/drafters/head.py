@@ -202,6 +202,8 @@ class DistillPlan:
         taps: "" (the head reads the target's top feature alone), or comma-separated indices
             of the target's layers whose outputs the head fuses with it (EAGLE-3's low and
             middle features, e.g. "2,15"); the samples are the same either way.
+        layers: the head's decoder layers (1, EAGLE's; more give it capacity and cost as
+            much more per draft step; the static engine runs one-layer heads only).
         k, held_out_tokens: the held-out acceptance probe.
         seed: every random choice.
     """
@@ -225,13 +227,14 @@ class DistillPlan:
     unroll: int = 1
     unroll_weight: float = 0.8
     taps: str = ""
+    layers: int = 1
     k: int = 4
     held_out_tokens: int = 64
     seed: int = 0
 
     def __post_init__(self) -> None:
         for name in ("prompts", "topics", "new_tokens", "samples", "batch", "epochs", "batch_rows", "unroll",
-                     "k", "held_out_tokens"):
+                     "layers", "k", "held_out_tokens"):
             check_int(name, getattr(self, name), 1)
         if not isinstance(self.unroll_weight, (int, float)) or isinstance(self.unroll_weight, bool) or \
                 not 0 < self.unroll_weight <= 1:
