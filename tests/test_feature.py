@@ -27,7 +27,7 @@ from specsample_backends.torch.head import DraftHead, HeadModel
 from specsample_backends.torch.head_file import fingerprint, fingerprints, load_head, save_head
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specsample.core.cache import rollback
+from specsample.core.cache import Cache, rollback
 from specsample.core.params import SamplingParams
 from specsample.core.warp import warp
 from specsample.drafters.confidence import HeadConfidenceTreeDrafter
@@ -143,19 +143,27 @@ def _shaken(target: HFModel, vocab: torch.Tensor | None = None, taps: tuple[int,
     return HeadModel(head)
 
 
-@pytest.mark.parametrize("layers", [1, 2])
-def test_a_head_tree_forward_gives_each_node_its_paths_logits(target: HFModel, layers: int) -> None:
-    # Grown as a drafter grows it: the root's children, then the tree fed again with a child
-    # below the first; each node's logits equal a chain forward of its path, feature by feature.
-    head = _shaken(target, layers=layers)
+def _grown_tree(target: HFModel, head: HeadModel) -> tuple[torch.Tensor, torch.Tensor, Cache, torch.Tensor]:
+    """A tree grown as a drafter grows it after the prompt (a node reads its parent's feature
+    from an earlier forward): the root's children 2 and 6, then the tree fed again with 4 below
+    2. Returns the two forwards' logits, the cache after the second and the prompt's length."""
     drafter = HeadDrafter(head)
     ids, lengths = torch.tensor([PROMPT]), torch.tensor([len(PROMPT)])
     state = start(target, drafter, ids, lengths, capacity=16, stop_lengths=lengths + 4).draft_state
     buffer = torch.cat([ids, torch.zeros((1, 11), dtype=torch.int64)], 1)
     _, cache = drafter._feed(state, buffer, lengths)
     first, grown = head.forward_tree(torch.tensor([[2, 6]]), torch.tensor([[-1, -1]]), cache)
-    cache = rollback(grown, lengths)
-    second, grown = head.forward_tree(torch.tensor([[2, 6, 4]]), torch.tensor([[-1, -1, 0]]), cache)
+    second, grown = head.forward_tree(torch.tensor([[2, 6, 4]]), torch.tensor([[-1, -1, 0]]),
+                                      rollback(grown, lengths))
+    return first, second, grown, lengths
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_a_head_tree_forward_gives_each_node_its_paths_logits(target: HFModel, layers: int) -> None:
+    # Grown as a drafter grows it: the root's children, then the tree fed again with a child
+    # below the first; each node's logits equal a chain forward of its path, feature by feature.
+    head = _shaken(target, layers=layers)
+    first, second, grown, lengths = _grown_tree(target, head)
     cache = rollback(grown, lengths)
     for tokens, want in (([2], second[0, 0]), ([6], second[0, 1]), ([2, 4], second[0, 2])):
         for token in tokens:  # one at a time, as a chain drafts: each reads its predecessor's feature
@@ -333,15 +341,7 @@ def test_a_committed_tree_path_moves_every_layers_keys(target: HFModel) -> None:
     """A two-layer head after a tree forward and the commit of one path drafts on as a head that
     fed that path as a chain: each layer's K/V (and the features) moved into place."""
     head = _shaken(target, layers=2)
-    drafter = HeadDrafter(head)
-    ids, lengths = torch.tensor([PROMPT]), torch.tensor([len(PROMPT)])
-    state = start(target, drafter, ids, lengths, capacity=16, stop_lengths=lengths + 4).draft_state
-    buffer = torch.cat([ids, torch.zeros((1, 11), dtype=torch.int64)], 1)
-    _, cache = drafter._feed(state, buffer, lengths)
-    # Grown as a drafter grows it (a node reads its parent's feature from an earlier forward).
-    _, tree = head.forward_tree(torch.tensor([[2, 6]]), torch.tensor([[-1, -1]]), cache)
-    tree = rollback(tree, lengths)
-    _, tree = head.forward_tree(torch.tensor([[2, 6, 4]]), torch.tensor([[-1, -1, 0]]), tree)
+    _, _, tree, lengths = _grown_tree(target, head)
     tree = head.commit_path(rollback(tree, lengths + 2), lengths, torch.tensor([[0, 2]]))  # 2 then 4
     after, tree = head.forward(torch.tensor([[5]]), tree)
     chain = rollback(tree, lengths)
