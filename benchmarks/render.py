@@ -338,6 +338,11 @@ def _recipe(plan: Mapping[str, Any]) -> str:
     return next((name for name, recipe in RECIPES.items() if recipe == given), "custom")
 
 
+# Plan fields a head's row names (as the text says) where they differ from the recipes' default.
+_NAMED_PAST_DEFAULT = (("topics", "{} topics"), ("label_temperature", "labels at T={}"),
+                       ("layers", "{} layers"))
+
+
 def heads(root: Path) -> Lines:
     """The held-out acceptance of each shipped draft head, from its card (`specsample distill`
     writes it; `specsample distill --evaluate --out FILE` measures it for an existing head),
@@ -363,15 +368,11 @@ def heads(root: Path) -> Lines:
         if path in copies:
             continue
         plan = card.get("plan", {})
-        topics = plan.get("topics", default.topics)
-        tau = plan.get("label_temperature", default.label_temperature)
-        layers = plan.get("layers", default.layers)
+        named = "".join(f", {text.format(value)}" for field, text in _NAMED_PAST_DEFAULT
+                        if (value := plan.get(field, getattr(default, field))) != getattr(default, field))
         recipe = (f"{_recipe(plan)}: unroll {plan.get('unroll', 1)}, feature weight "
                   f"{plan.get('feature_weight')}, {card.get('training_tokens', '?')} tokens"
-                  f"{', taps ' + plan['taps'] if plan.get('taps') else ''}"
-                  f"{f', {topics} topics' if topics != default.topics else ''}"
-                  f"{f', labels at T={tau}' if tau != default.label_temperature else ''}"
-                  f"{f', {layers} layers' if layers != default.layers else ''}, "
+                  f"{', taps ' + plan['taps'] if plan.get('taps') else ''}{named}, "
                   f"{plan.get('epochs', '?')} epochs")
         name = f"`{path.stem}`" + (" (not shipped)" if path.parent == root / TRIED else "")
         table = card.get("held_out_by_temperature")
