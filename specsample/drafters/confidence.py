@@ -38,6 +38,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import array_api_compat
 import numpy as np
 
 from specsample._array import Array, check_int, device, host_array, namespace
@@ -180,9 +181,29 @@ def node_path(fed: Array, parents: Array, row: int, node: int) -> tuple[int, ...
 
 def _top(law: Array, b: int) -> tuple[Array, Array]:
     """The b largest entries of `law` [..., V] and their ids (ties to the lower id)."""
+    if array_api_compat.is_torch_array(law):
+        found = _top_unique(law, b)
+        if found is not None:
+            return found
     xp = namespace(law)
     order = xp.argsort(-law, axis=-1, stable=True)[..., :b]
     return xp.take_along_axis(law, order, axis=-1), xp.astype(order, xp.int64)
+
+
+def _top_unique(law: Any, b: int) -> tuple[Array, Array] | None:
+    """`_top` for a torch `law` by a partial selection (torch.topk) in place of a stable sort
+    of the whole vocabulary, or None where the two might differ: where the b values found are
+    not strictly decreasing, or the b-th occurs again in its row, ties decide the order, and
+    topk does not promise the lower id first. Outside a graph capture only (it reads the
+    host)."""
+    import torch
+
+    if torch.compiler.is_compiling() or b >= int(law.shape[-1]):
+        return None
+    values, ids = torch.topk(law, b, dim=-1, largest=True, sorted=True)
+    strict = (values[..., :-1] > values[..., 1:]).all()
+    once = ((law == values[..., -1:]).sum(dim=-1) == 1).all()
+    return (values, ids) if bool(strict & once) else None
 
 
 def grow_tree(root: Array, expand: Expand, *, nodes: int, depth: int, branch: int,
