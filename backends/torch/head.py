@@ -13,7 +13,7 @@ function with autograd. Its file format (safetensors and a card) is `head_file`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -118,15 +118,15 @@ class DraftHead(nn.Module):
         """The head's layers as a LlamaStack over the target's settings."""
         mine = self.target_stack.layers[0].q
         layers = []
-        more = [cast(_HeadLayer, m) for m in self.more]
-        for input_norm, post_norm, linears in [(self.input_norm, self.post_norm, self.linears)] + [
-                (m.input_norm, m.post_norm, m.linears) for m in more]:
-            modules: dict[str, Any] = dict(linears.items())
+        # The first layer's weights are the head's own attributes, named as a `_HeadLayer`'s.
+        parts: list[Any] = [self, *self.more]
+        for part in parts:
+            modules: dict[str, Any] = dict(part.linears.items())
             dense = {n: DenseLinear(m.weight.detach() if pack else m.weight, m.bias, pack=pack)
                      for n, m in modules.items()}
             for linear in dense.values():  # the kernels measured for the target's small forwards
                 linear.plain_rows = getattr(mine, "plain_rows", linear.plain_rows)
-            layers.append(LlamaLayer(input_norm=input_norm, post_norm=post_norm, **dense))
+            layers.append(LlamaLayer(input_norm=part.input_norm, post_norm=part.post_norm, **dense))
         return dataclasses.replace(self.target_stack, layers=tuple(layers), reduce=None)
 
     def features(self, tokens: Tensor, previous: Tensor) -> Tensor:
