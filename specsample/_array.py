@@ -10,8 +10,8 @@ import array_api_compat
 import numpy as np
 
 __all__ = ["Array", "check_finite", "check_int", "check_logits", "check_logits_shape", "check_probs",
-           "check_shape", "check_tokens", "check_uniforms", "device", "host_array", "host_ints", "namespace",
-           "rows_at"]
+           "check_shape", "check_tokens", "check_uniforms", "device", "host_array", "host_ints", "largest",
+           "namespace", "rows_at"]
 
 # NumPy, torch and JAX arrays all pass through; we type them loosely.
 Array = Any
@@ -52,6 +52,34 @@ def rows_at(x: Array, index: Array) -> Array:
     """x[b, index[b]] for x [B, N, ...] and index int [B]: one slice per row, no broadcast gather."""
     xp = namespace(x)
     return x[xp.arange(int(x.shape[0]), device=device(x)), index]
+
+
+def largest(x: Array, b: int) -> tuple[Array, Array]:
+    """The b largest entries of `x` [..., V] along its last axis and their ids (int64), the
+    largest first, ties to the lower id: the first b of a stable descending sort."""
+    if array_api_compat.is_torch_array(x):
+        found = _top_unique(x, b)
+        if found is not None:
+            return found
+    xp = namespace(x)
+    order = xp.argsort(-x, axis=-1, stable=True)[..., :b]
+    return xp.take_along_axis(x, order, axis=-1), xp.astype(order, xp.int64)
+
+
+def _top_unique(x: Any, b: int) -> tuple[Array, Array] | None:
+    """`largest` for a torch `x` by a partial selection (torch.topk) in place of a stable sort of
+    the whole axis, or None where the two might differ: where the b values found are not
+    strictly decreasing, or the b-th occurs again in its row, ties decide the order, and
+    topk does not promise the lower id first. Outside a graph capture only (it reads the
+    host)."""
+    import torch
+
+    if torch.compiler.is_compiling() or b >= int(x.shape[-1]):
+        return None
+    values, ids = torch.topk(x, b, dim=-1, largest=True, sorted=True)
+    strict = (values[..., :-1] > values[..., 1:]).all()
+    once = ((x == values[..., -1:]).sum(dim=-1) == 1).all()
+    return (values, ids) if bool(strict & once) else None
 
 
 def _shape(x: Array) -> tuple[int, ...]:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from specsample._array import check_int, check_probs, host_ints
+from specsample._array import check_int, check_probs, host_ints, largest
 
 
 def test_check_int_names_the_argument_and_the_bounds() -> None:
@@ -56,3 +56,27 @@ def test_check_probs_passes_unnormalised_masses_and_zeros(make) -> None:  # type
     check_probs("p", make(np.array([2.0, 1.0])))  # one row, float64
     with pytest.raises(TypeError, match="p: expected a real floating-point array"):
         check_probs("p", make(np.array([[1, 2]])))
+
+
+def test_largest_on_torch_is_the_stable_sorts_prefix_ties_included(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The torch path selects with topk where no tie decides the order; with a tie among the b
+    # found, or at the b-th value, it must still give the lower id first.
+    rng = np.random.default_rng(0)
+    laws = rng.dirichlet(np.ones(50), size=(3, 40))
+    laws[0, 0, [4, 9]] = 0.9  # a tie at the top
+    laws[0, 1, [7, 30]] = laws[0, 1].max() + 0.01  # a tie at the top, ids apart
+    laws[1, 2, :] = 0.0  # all zeros below two values: the b-th value recurs
+    laws[1, 2, [3, 8]] = [0.6, 0.4]
+    laws[2, 5, [11, 12, 13]] = 0.5  # three equal: the boundary splits them
+    calls, argsort = [], torch.argsort
+    monkeypatch.setattr(torch, "argsort", lambda *a, **k: calls.append(1) or argsort(*a, **k))
+    for b in (1, 3, 50):
+        values, ids = largest(torch.from_numpy(laws), b)
+        order = np.argsort(-laws, axis=-1, kind="stable")[..., :b]
+        assert np.array_equal(ids.numpy(), order) and ids.dtype == torch.int64
+        assert np.array_equal(values.numpy(), np.take_along_axis(laws, order, axis=-1))
+    assert calls  # the ties took the stable sort
+    calls.clear()
+    distinct = torch.from_numpy(rng.dirichlet(np.ones(50), size=(3, 40)))
+    largest(distinct, 3)
+    assert not calls  # no tie: the partial selection alone

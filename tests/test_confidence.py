@@ -33,7 +33,6 @@ from specsample.drafters.confidence import (
     ConfidenceTreeDrafter,
     GrownState,
     RatedBudget,
-    _top,
     confidence_law,
     grow_tree,
     grown_tree_budget,
@@ -46,7 +45,6 @@ from specsample.engine.tree import generate_tree, run_tree_rounds
 from specsample.testing import broken, goodness_of_fit, tree_samples
 
 ROWS = 200_000
-_ARGSORT = torch.argsort
 
 
 def _table_expand(table: dict[tuple[int, ...], list[float]], vocab: int):  # type: ignore[no-untyped-def]
@@ -80,30 +78,6 @@ def test_a_sure_child_keeps_its_parent_and_ties_go_to_the_lower_id() -> None:
     root = np.array([[0.4, 0.4, 0.2]])
     tree = grow_tree(root, _table_expand(table, 3), nodes=2, depth=3, branch=1)
     assert tree.tokens.tolist() == [[0, 2]] and tree.parents.tolist() == [[-1, 0]]
-
-
-def test_a_torch_laws_top_candidates_are_the_stable_sorts_ties_included(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    # The torch path selects with topk where no tie decides the order; with a tie among the b
-    # found, or at the b-th value, it must still give the lower id first.
-    rng = np.random.default_rng(0)
-    laws = rng.dirichlet(np.ones(50), size=(3, 40))
-    laws[0, 0, [4, 9]] = 0.9  # a tie at the top
-    laws[0, 1, [7, 30]] = laws[0, 1].max() + 0.01  # a tie at the top, ids apart
-    laws[1, 2, :] = 0.0  # all zeros below two values: the b-th value recurs
-    laws[1, 2, [3, 8]] = [0.6, 0.4]
-    laws[2, 5, [11, 12, 13]] = 0.5  # three equal: the boundary splits them
-    calls = []
-    monkeypatch.setattr(torch, "argsort", lambda *a, **k: calls.append(1) or _ARGSORT(*a, **k))
-    for b in (1, 3, 50):
-        values, ids = _top(torch.from_numpy(laws), b)
-        order = np.argsort(-laws, axis=-1, kind="stable")[..., :b]
-        assert np.array_equal(ids.numpy(), order) and ids.dtype == torch.int64
-        assert np.array_equal(values.numpy(), np.take_along_axis(laws, order, axis=-1))
-    assert calls  # the ties took the stable sort
-    calls.clear()
-    distinct = torch.from_numpy(rng.dirichlet(np.ones(50), size=(3, 40)))
-    _top(distinct, 3)
-    assert not calls  # no tie: the partial selection alone
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -38,10 +38,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import array_api_compat
 import numpy as np
 
-from specsample._array import Array, check_int, device, host_array, namespace
+from specsample._array import Array, check_int, device, host_array, largest, namespace
 from specsample.core.cache import rollback
 from specsample.core.metrics import Costs
 from specsample.core.protocols import TreeModel, TreeProposal
@@ -179,33 +178,6 @@ def node_path(fed: Array, parents: Array, row: int, node: int) -> tuple[int, ...
     return tuple(reversed(path))
 
 
-def _top(law: Array, b: int) -> tuple[Array, Array]:
-    """The b largest entries of `law` [..., V] and their ids (ties to the lower id)."""
-    if array_api_compat.is_torch_array(law):
-        found = _top_unique(law, b)
-        if found is not None:
-            return found
-    xp = namespace(law)
-    order = xp.argsort(-law, axis=-1, stable=True)[..., :b]
-    return xp.take_along_axis(law, order, axis=-1), xp.astype(order, xp.int64)
-
-
-def _top_unique(law: Any, b: int) -> tuple[Array, Array] | None:
-    """`_top` for a torch `law` by a partial selection (torch.topk) in place of a stable sort
-    of the whole vocabulary, or None where the two might differ: where the b values found are
-    not strictly decreasing, or the b-th occurs again in its row, ties decide the order, and
-    topk does not promise the lower id first. Outside a graph capture only (it reads the
-    host)."""
-    import torch
-
-    if torch.compiler.is_compiling() or b >= int(law.shape[-1]):
-        return None
-    values, ids = torch.topk(law, b, dim=-1, largest=True, sorted=True)
-    strict = (values[..., :-1] > values[..., 1:]).all()
-    once = ((law == values[..., -1:]).sum(dim=-1) == 1).all()
-    return (values, ids) if bool(strict & once) else None
-
-
 def grow_tree(root: Array, expand: Expand, *, nodes: int, depth: int, branch: int,
               budget: RatedBudget | None = None, kappa: float | None = None) -> TreeProposal:
     """The tree of the `nodes` most probable paths under the draft (see the module docstring).
@@ -247,7 +219,7 @@ def _grow(root: Array, expand: Expand, *, nodes: int, depth: int, branch: int, b
     batch, vocab = (int(d) for d in root.shape)
     where = device(root)
     b = min(branch, vocab)
-    score, token = _top(root, b)  # [B, b]
+    score, token = largest(root, b)  # [B, b]
     # Every grown candidate, level by level: token, path probability, the expanded node (an
     # index into the fed tree) it hangs below (-1: the root).
     tokens, scores, below = [token], [score], [xp.full((batch, b), -1, dtype=xp.int64, device=where)]
@@ -273,7 +245,7 @@ def _grow(root: Array, expand: Expand, *, nodes: int, depth: int, branch: int, b
         if tuple(laws.shape) != (batch, first + k, vocab):
             raise ValueError(f"expand: expected laws of shape {[batch, first + k, vocab]}, got "
                              f"{list(laws.shape)}")
-        child_score, child_token = _top(laws[:, first:, :], b)  # [B, k, b]
+        child_score, child_token = largest(laws[:, first:, :], b)  # [B, k, b]
         child_score = xp.take_along_axis(level[1], pick, axis=1)[:, :, None] * child_score
         parent = first + xp.arange(k, dtype=xp.int64, device=where)  # the fed indices of the expanded
         child_below = xp.broadcast_to(parent[None, :, None], (batch, k, b))

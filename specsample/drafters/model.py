@@ -6,7 +6,7 @@ import dataclasses
 
 import array_api_compat
 
-from specsample._array import Array, check_int, check_shape, device, host_ints, namespace
+from specsample._array import Array, check_int, check_shape, device, host_ints, largest, namespace
 from specsample.core.cache import Cache, rollback
 from specsample.core.metrics import Costs
 from specsample.core.params import SamplingParams
@@ -243,13 +243,7 @@ class ModelDrafter:
         logits, cache = self._feed(state, tokens, lengths)  # [B, V]
         if self.support is not None:
             logits = xp.take(logits, self.support, axis=-1)  # [B, S]
-        ids = xp.arange(int(logits.shape[-1]), dtype=xp.int64, device=device(tokens))[None, :]
-        picked = []
-        for _ in range(m):
-            best = xp.argmax(logits, axis=-1)  # [B]: the first of equal maxima
-            picked.append(best)
-            logits = xp.where(ids == best[:, None], -xp.inf, logits)
-        chosen = xp.stack(picked, axis=1)
+        _, chosen = largest(logits, m)
         if self.support is not None:
             chosen = xp.reshape(xp.take(self.support, xp.reshape(chosen, (-1,)), axis=0), chosen.shape)
         return chosen, DraftState(cache=cache, window=state.window)
