@@ -3,11 +3,14 @@ width of a batch's round that ends the call soonest."""
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Callable
 
 import pytest
 
 from specsample.core.metrics import predicted_speedup
+from specsample.engine import ratings
 from specsample.engine.ratings import batch_width, fastest_fan_out, fastest_k, rounds_to_finish
 
 
@@ -64,6 +67,63 @@ def test_rounds_to_finish_exact_cases_and_bad_input() -> None:
         rounds_to_finish([1, 1], [0.5, 0.5], [3, 0])
     with pytest.raises(ValueError, match=r"drafts: expected ints >= 0, got \[-1, 1\]"):
         rounds_to_finish([-1, 1], [0.5, 0.5], [3, 3])
+
+
+def test_rounds_to_finish_is_never_below_a_rows_own_mean() -> None:
+    # Eight level rows, one of them accepting almost never: the call cannot end before that
+    # row alone would. Its CDF is a step narrower than the integral's grid, which without
+    # the bound put the last row's end at 67.993 rounds, under the row's own 67.996.
+    rates = [0.39, 0.12, 0.35, 5.34e-5, 0.81, 0.56, 0.91, 0.20]
+    drafts = [6, 7, 6, 4, 7, 7, 2, 2]
+    alone = rounds_to_finish([4], [5.34e-5], [68])
+    assert 67.99 < alone < 68
+    assert rounds_to_finish(drafts, rates, [68] * 8) >= alone
+
+
+def _every_width_rated(lengths: list[int], remaining: list[int], batch: int, alpha: float,
+                       cost: Callable[[int, int], float]) -> int:
+    """`batch_width` for chains as its docstring states it, every width's plans rated in full."""
+    most = max(remaining)
+
+    def at_least(emitted: int, n: int) -> float:
+        return 1.0 if emitted <= 1 else alpha ** (emitted - 1) if emitted <= n + 1 else 0.0
+
+    def speed(width: int) -> float:
+        drafts = [min(n, width) for n in lengths]
+        gain = sum(math.prod(at_least(left - most + g, n) for n, left in zip(drafts, remaining, strict=True))
+                   for g in range(1, min(most, width + 1) + 1))
+        if len(lengths) > 1 and 0 < width < most - 1:
+            gain = max(gain, most / rounds_to_finish(drafts, [alpha] * len(lengths), remaining))
+        return gain / (1.0 if width == 0 else cost(batch, width))
+
+    halves = {1 << i for i in range(max(lengths).bit_length()) if 1 << i < max(lengths)}
+    return max(sorted({0, *lengths, *halves}), key=lambda w: (speed(w), w))
+
+
+def test_batch_width_leaves_out_only_widths_that_cannot_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A width whose bound (a last row's E[e], or the rounds to finish at least the latest
+    row's mean) over its cost is below the best rating so far is not rated in full: the
+    choice is the same as with every width rated, over 400 random batches, and a full batch
+    of head rows that cannot pay integrates nothing."""
+    rng = random.Random(3)
+    for _ in range(400):
+        batch = rng.choice([2, 3, 8])
+        lengths = [rng.choice([0, 1, 2, 4, 8, 16]) for _ in range(batch)]
+        remaining = [rng.randint(1, 64) for _ in range(batch)]
+        alpha, slope = rng.uniform(0.05, 0.95), rng.uniform(0.01, 0.4)
+
+        def cost(b: int, w: int, slope: float = slope) -> float:
+            return 1 + slope * w * b / 4
+
+        args = (lengths, remaining, batch, alpha, cost)
+        assert batch_width(*args) == _every_width_rated(*args), args
+    integrals = []
+    rounds = ratings._Renewal.rounds
+    monkeypatch.setattr(ratings._Renewal, "rounds", lambda self: integrals.append(1) or rounds(self))
+    assert batch_width([1] * 8, list(range(40, 48)), 8, 0.4, lambda b, w: 1.49) == 0
+    assert integrals == []
+    assert batch_width([1] * 8, list(range(40, 48)), 8, 0.4, lambda b, w: 1.05) == 1
+    assert integrals
 
 
 def test_level_rows_draft_where_each_gains_on_average() -> None:

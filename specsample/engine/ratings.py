@@ -6,6 +6,7 @@ call soonest (`batch_width`). Pure functions of rates and costs; `auto` decides 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -125,6 +126,11 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
       little from one round (all of them must accept for the end to move), but over many
       rounds the rows' leads even out, and the call ends about when the average row does.
 
+    Neither plan moves the end by more than E[e] of a row with R tokens left, so a width
+    whose E[e] (or, for the second plan, whose rounds' cheap lower bound) over its cost
+    cannot beat a narrower width's rating is not rated further: the same choice, without
+    the integral on every round of a batch that takes plain steps.
+
     Args:
         lengths: the active rows' wanted draft lengths, each >= 0.
         remaining: the active rows' tokens left before their stop, each >= 1, in the
@@ -190,23 +196,41 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
         """P(e >= emitted) for a row accepting each draft at `rate` and verifying `drafts`."""
         return 1.0 if emitted <= 1 else rate ** (emitted - 1) if emitted <= drafts + 1 else 0.0
 
-    def speed(width: int) -> float:
-        gain, (drafts, at) = 0.0, drafts_at(width)
+    def speed(width: int, best: float) -> float:
+        """The width's rating; where it cannot reach `best`, a bound below `best` instead."""
+        drafts, at = drafts_at(width)
+        cost = 1.0 if width == 0 else float(round_cost(batch, width))
+        if not cost > 0:
+            raise ValueError(f"round_cost: expected a positive cost, got {cost!r} at width {width}")
+        # Neither plan moves the end by more than a last row's own mean tokens a round, E[e].
+        bound = min(sum(rate ** i for i in range(n + 1))
+                    for n, rate, left in zip(drafts, at, remaining, strict=True) if left == most) / cost
+        if bound < best:
+            return bound
+        gain = 0.0
         for g in range(1, min(most, width + 1) + 1):
             chance = 1.0
             for n, rate, left in zip(drafts, at, remaining, strict=True):
                 chance *= at_least(left - most + g, rate, n)
             gain += chance
-        cost = 1.0 if width == 0 else float(round_cost(batch, width))
-        if not cost > 0:
-            raise ValueError(f"round_cost: expected a positive cost, got {cost!r} at width {width}")
         if len(lengths) > 1 and 0 < width < most - 1:  # one round cannot end the call
-            gain = max(gain, most / _rounds_to_finish(drafts, at, remaining))
+            rows = _renewal(drafts, at, remaining)
+            # The rounds to finish are at least `rows.floor`, so this plan's rate is at
+            # most most / floor: a width that cannot beat the best even so needs no integral.
+            bound = max(gain, most / rows.floor) / cost
+            if bound < best:
+                return bound
+            gain = max(gain, most / rows.rounds())
         return gain / cost
 
     longest = max(lengths)
     halves = {1 << i for i in range(longest.bit_length()) if 1 << i < longest}
-    return max(sorted({0, *lengths, *halves}), key=lambda w: (speed(w), w))
+    chosen, best = 0, -math.inf
+    for width in sorted({0, *lengths, *halves}):
+        rated = speed(width, best)
+        if rated >= best:  # the wider on a tie
+            chosen, best = width, rated
+    return chosen
 
 
 def rounds_to_finish(drafts: Sequence[int], rates: Sequence[float], remaining: Sequence[int]) -> float:
@@ -220,7 +244,9 @@ def rounds_to_finish(drafts: Sequence[int], rates: Sequence[float], remaining: S
     accepts, needs exactly ceil(r / mu)). The expected largest of independent rows' rounds,
     E[max_b T_b] = lo + integral from lo of (1 - prod_b P(T_b <= t)) dt, is integrated
     numerically (Simpson's rule) from lo, the point below which the latest row is almost
-    surely not done; never below the fewest rounds possible, max_b ceil(r_b / (n_b + 1)).
+    surely not done; never below the fewest rounds possible, max_b ceil(r_b / (n_b + 1)),
+    nor below any row's own mean (E[max_b T_b] >= max_b E[T_b]; a nearly certain row's CDF
+    is a step that the rule's grid can blur).
 
     Args:
         drafts: each row's drafts a round, >= 0.
@@ -242,6 +268,43 @@ def rounds_to_finish(drafts: Sequence[int], rates: Sequence[float], remaining: S
 
 def _rounds_to_finish(drafts: Sequence[int], rates: Sequence[float], remaining: Sequence[int]) -> float:
     """`rounds_to_finish` on checked inputs (`batch_width` checks its own, once a call)."""
+    return _renewal(drafts, rates, remaining).rounds()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Renewal:
+    """Each row's rounds to finish as a normal law (mean, spread), and `floor`: a lower
+    bound on the expected rounds until the last row is done, with no integral: the fewest
+    rounds possible, and the latest row's own mean (E[max_b T_b] >= max_b E[T_b])."""
+
+    means: list[float]
+    spreads: list[float]
+    floor: float
+
+    def rounds(self) -> float:
+        """The expected rounds until the last row is done, never below `floor`."""
+        means, spreads = self.means, self.spreads
+        lo = max(0.0, *(m - 8 * s for m, s in zip(means, spreads, strict=True)))
+        hi = max(m + 8 * s for m, s in zip(means, spreads, strict=True))
+        # Level rows share a law: each distinct one counted once, its CDF raised to its count.
+        random_rows = collections.Counter((m, s) for m, s in zip(means, spreads, strict=True) if s > 0)
+        if hi - lo <= 1e-12 or not random_rows:
+            return self.floor
+
+        def late(t: float) -> float:  # P(max_b T_b > t)
+            done = 1.0
+            for (m, s), count in random_rows.items():
+                done *= (0.5 * (1 + math.erf((t - m) / (s * math.sqrt(2))))) ** count
+            return 1 - done
+
+        steps = 128  # even, for Simpson's rule
+        h = (hi - lo) / steps
+        total = late(lo) + late(hi) + sum((4 if i % 2 else 2) * late(lo + i * h) for i in range(1, steps))
+        return max(self.floor, lo + total * h / 3)
+
+
+def _renewal(drafts: Sequence[int], rates: Sequence[float], remaining: Sequence[int]) -> _Renewal:
+    """The rows' renewal laws (`rounds_to_finish`), on checked inputs."""
     means, spreads = [], []
     for n, rate, left in zip(drafts, rates, remaining, strict=True):
         chances = [rate ** i for i in range(n + 1)]  # P(e >= i + 1)
@@ -258,20 +321,4 @@ def _rounds_to_finish(drafts: Sequence[int], rates: Sequence[float], remaining: 
         spreads.append(math.sqrt(left * variance / mu ** 3))
     # No row is done before every draft of every round could have carried it there.
     fewest = max(math.ceil(left / (n + 1)) for n, left in zip(drafts, remaining, strict=True))
-    lo = max(0.0, *(m - 8 * s for m, s in zip(means, spreads, strict=True)))
-    hi = max(m + 8 * s for m, s in zip(means, spreads, strict=True))
-    # Level rows share a law: each distinct one counted once, its CDF raised to its count.
-    random_rows = collections.Counter((m, s) for m, s in zip(means, spreads, strict=True) if s > 0)
-    if hi - lo <= 1e-12 or not random_rows:
-        return max(fewest, max(means))
-
-    def late(t: float) -> float:  # P(max_b T_b > t)
-        done = 1.0
-        for (m, s), count in random_rows.items():
-            done *= (0.5 * (1 + math.erf((t - m) / (s * math.sqrt(2))))) ** count
-        return 1 - done
-
-    steps = 128  # even, for Simpson's rule
-    h = (hi - lo) / steps
-    total = late(lo) + late(hi) + sum((4 if i % 2 else 2) * late(lo + i * h) for i in range(1, steps))
-    return max(float(fewest), lo + total * h / 3)
+    return _Renewal(means, spreads, max(float(fewest), max(means)))
