@@ -203,6 +203,8 @@ def batch_width(lengths: Sequence[int], remaining: Sequence[int], batch: int,
         if not cost > 0:
             raise ValueError(f"round_cost: expected a positive cost, got {cost!r} at width {width}")
         # Neither plan moves the end by more than a last row's own mean tokens a round, E[e].
+        # Summed term by term as `gain` sums the same powers (not the closed form of
+        # `expected_tokens_per_round`), so that the bound holds in floating point too.
         bound = min(sum(rate ** i for i in range(n + 1))
                     for n, rate, left in zip(drafts, at, remaining, strict=True) if left == most) / cost
         if bound < best:
